@@ -1,0 +1,71 @@
+"""tkreg: a plugin-based registry of GPU kernels.
+
+Plugins register ops, kernels and tile schedulers through ``@tkreg.hookimpl``; users ask which
+kernels run where (``lookup``) and why the others do not (``explain``). Importing tkreg imports
+neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from .capability import Capability
+from .errors import InputError, RegistrationError, RequirementError, SpecError, TkregError, UnknownNameError
+from .hookspecs import hookimpl
+from .platform import Platform
+from .registry import Registry, Verdict
+from .specs import CompileTarget, Cost, Kernel, Op, Requirements, Scheduler, Tolerance, case
+
+__all__ = [
+    "CompileTarget",
+    "Cost",
+    "InputError",
+    "Kernel",
+    "Op",
+    "Platform",
+    "RegistrationError",
+    "Registry",
+    "RequirementError",
+    "Requirements",
+    "Scheduler",
+    "SpecError",
+    "TkregError",
+    "Tolerance",
+    "UnknownNameError",
+    "Verdict",
+    "case",
+    "explain",
+    "hookimpl",
+    "lookup",
+    "registry",
+    "reload",
+]
+
+__version__ = "0.1.0"
+
+
+@functools.lru_cache(maxsize=1)
+def registry() -> Registry:
+    """The registry of installed plugins (entry points, filtered by TKREG_PLUGINS), built once."""
+    from .loading import build_registry
+
+    return build_registry()
+
+
+def reload() -> Registry:
+    """Forget the cached registry and load the plugins again."""
+    registry.cache_clear()
+    return registry()
+
+
+def lookup(op: str, capability: str | Capability | Platform | None = None, inputs: Sequence[Any] | None = None) -> list[Kernel]:
+    """Kernels of ``op`` that run on ``capability`` (default: this machine's GPU, or the Triton
+    interpreter when there is none) and accept ``inputs`` if given, best first."""
+    return registry().lookup(op, capability, inputs)
+
+
+def explain(op: str, capability: str | Capability | Platform | None = None, inputs: Sequence[Any] | None = None) -> list[Verdict]:
+    """Like :func:`lookup`, with every kernel's verdict: reasons for rejections and rankings."""
+    return registry().explain(op, capability, inputs)

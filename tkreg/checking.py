@@ -1,0 +1,81 @@
+"""Compare a kernel's output with its float64 reference and say, in terms a kernel author can act
+on, what is wrong: how many elements mismatch, where the first ones are, the largest absolute and
+relative errors, how many are NaN/inf or were never written (still holding the poison), and the
+seed that reproduces it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .specs import Tolerance
+
+FIRST_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Comparison:
+    total: int
+    mismatched: int
+    unwritten: int
+    nonfinite: int
+    max_abs: float
+    max_rel: float
+    first: tuple[tuple[tuple[int, ...], float, float], ...]  # (index, got, expected)
+    tolerance: Tolerance
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatched == 0
+
+    def report(self, context: str = "") -> str:
+        lines = [f"{self.mismatched} of {self.total} elements mismatch (atol={self.tolerance.atol:.3g}, rtol={self.tolerance.rtol:.3g})"]
+        if context:
+            lines.insert(0, context)
+        if self.unwritten:
+            lines.append(f"{self.unwritten} elements never written (still NaN poison where the reference is finite)")
+        if self.nonfinite:
+            lines.append(f"{self.nonfinite} elements are inf or NaN where the reference is finite")
+        lines.append(f"max abs error {self.max_abs:.6g}, max rel error {self.max_rel:.6g} (over finite elements)")
+        for index, got, want in self.first:
+            lines.append(f"  at {list(index)}: got {got!r}, expected {want!r}")
+        return "\n".join(lines)
+
+
+def compare(out: Any, ref: Any, tol: Tolerance, poison_is_nan: bool = True) -> Comparison:
+    """Elementwise |out - ref| <= atol + rtol*|ref|, with NaN and inf never passing unless the
+    reference has the same non-finite value."""
+    import torch
+
+    got = out.detach().to("cpu", torch.float64)
+    want = ref.detach().to("cpu", torch.float64)
+    if got.shape != want.shape:
+        raise AssertionError(f"output shape {tuple(got.shape)} differs from the reference's {tuple(want.shape)}")
+    want_finite = torch.isfinite(want)
+    got_nan = torch.isnan(got)
+    got_finite = torch.isfinite(got)
+    diff = (got - want).abs()
+    allowed = tol.atol + tol.rtol * want.abs()
+    close = (diff <= allowed) & got_finite & want_finite
+    same_special = ~want_finite & ((got == want) | (torch.isnan(got) & torch.isnan(want)))
+    bad = ~(close | same_special)
+    unwritten = int((got_nan & want_finite).sum()) if poison_is_nan else 0
+    nonfinite = int((~got_finite & want_finite).sum()) - unwritten
+    both = got_finite & want_finite
+    max_abs = float(diff[both].max()) if bool(both.any()) else 0.0
+    rel = diff[both] / want[both].abs().clamp_min(torch.finfo(torch.float64).tiny)
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    idx = bad.nonzero()[:FIRST_SHOWN]
+    first = tuple(
+        (tuple(int(i) for i in row), float(got[tuple(row)]), float(want[tuple(row)])) for row in idx.tolist()
+    )
+    return Comparison(
+        total=got.numel(),
+        mismatched=int(bad.sum()),
+        unwritten=unwritten,
+        nonfinite=nonfinite,
+        max_abs=max_abs,
+        max_rel=max_rel,
+        first=first,
+        tolerance=tol,
+    )

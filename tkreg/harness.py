@@ -1,0 +1,117 @@
+"""Run one kernel on one case and check it against the op's float64 reference.
+
+Used by the generated pytest items and by scripts. Inputs are fresh seeded random data; the output
+is poisoned (NaN) before the launch so unwritten elements fail; a launch that does not finish by
+its deadline raises :class:`KernelTimeout` instead of hanging the caller.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import dtypes, refs
+from .checking import Comparison, compare
+from .registry import Registry
+from .specs import Case, Kernel, Op
+
+DEFAULT_DEADLINE_S = 60.0
+
+
+class KernelTimeout(RuntimeError):
+    """A launched kernel did not finish by its deadline (a deadlock, most likely)."""
+
+
+class DeviceWedged(RuntimeError):
+    """An earlier kernel hung; the GPU context cannot run anything more in this process."""
+
+
+_wedged_by: list[str] = []
+
+
+@dataclass
+class CheckResult:
+    comparison: Comparison
+    seed: int
+    context: str
+
+
+def seed_for(item_id: str, base_seed: int) -> int:
+    """A stable per-item seed: the same item gets the same data run after run, different items
+    different data. The seed is printed in every failure."""
+    import zlib
+
+    return (base_seed * 1_000_003 + zlib.crc32(item_id.encode())) % (2**31)
+
+
+def make_inputs(op: Op, case: Case, dtype: str, seed: int, device: str) -> tuple[Any, ...]:
+    import torch
+
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return tuple(refs.resolve(op.make_inputs)(case, dtypes.torch_dtype(dtype), generator, device))
+
+
+def poisoned_output(op: Op, inputs: tuple[Any, ...]) -> Any:
+    import torch
+
+    out = refs.resolve(op.make_output)(*inputs)
+    if out.dtype.is_floating_point:
+        out.fill_(float("nan"))
+    else:
+        out.fill_(torch.iinfo(out.dtype).min)
+    return out
+
+
+def wait(device: str, deadline_s: float, what: str) -> None:
+    """Wait for queued GPU work without blocking in the driver, so a hang becomes an error."""
+    if device != "cuda":
+        return
+    import torch
+
+    if _wedged_by:
+        raise DeviceWedged(f"the GPU is stuck since {_wedged_by[0]} hung; restart the process")
+    done = torch.cuda.Event()
+    done.record()
+    start = time.monotonic()
+    while not done.query():
+        if time.monotonic() - start > deadline_s:
+            _wedged_by.append(what)
+            raise KernelTimeout(f"{what} did not finish within {deadline_s:.0f} s (deadlock or runaway loop?)")
+        time.sleep(1e-4)
+
+
+def run_check(
+    registry: Registry,
+    kernel: Kernel,
+    case: Case,
+    dtype: str,
+    config: dict[str, Any],
+    *,
+    seed: int,
+    device: str,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+) -> CheckResult:
+    op = registry.op(kernel.op)
+    params = resolve_config(registry, config)
+    inputs = make_inputs(op, case, dtype, seed, device)
+    out = poisoned_output(op, inputs)
+    what = f"{kernel.name}[{dtypes.short(dtype)}-{case.id}]"
+    wait(device, deadline_s, "input generation")
+    result = kernel.load()(*inputs, out=out, **params)
+    wait(device, deadline_s, what)
+    if result is not None and result.data_ptr() != out.data_ptr():
+        raise AssertionError(f"{kernel.name} returned a new tensor instead of writing into out=")
+    ref = refs.resolve(op.reference)(*(x.detach().to("cpu").double() for x in inputs))
+    comparison = compare(out, ref, op.tolerance(dtype, case))
+    context = f"{kernel.name} on {op.name} {case.id} {dtype} config={config} seed={seed} device={device}"
+    return CheckResult(comparison, seed, context)
+
+
+def resolve_config(registry: Registry, config: dict[str, Any]) -> dict[str, Any]:
+    """Config as the launcher takes it: a scheduler name becomes the registered Scheduler spec."""
+    params = dict(config)
+    if "scheduler" in params and isinstance(params["scheduler"], str):
+        params["scheduler"] = registry.scheduler(params["scheduler"])
+    return params

@@ -1,0 +1,113 @@
+"""Find plugins and fill a registry from them.
+
+Plugins come from the ``tkreg`` entry-point group of installed distributions (the path built-in
+plugins take too) and, for tests and local work, from objects passed in-process. ``TKREG_PLUGINS``
+limits the entry points loaded: unset means all, empty means none, a comma list means only those.
+A plugin that fails to import, or registers something invalid, is recorded as a problem naming
+the plugin, its distribution and version, and the error; every other plugin still loads.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import TkregError
+from .registry import PluginInfo, PluginProblem, Registry
+from .specs import Kernel, Op, Scheduler
+
+ENTRY_POINT_GROUP = "tkreg"
+ENV_VAR = "TKREG_PLUGINS"
+
+_SPEC_TYPES: dict[str, type] = {"op": Op, "scheduler": Scheduler, "kernel": Kernel}
+
+
+def selected_names(env: Mapping[str, str] | None = None) -> set[str] | None:
+    """Entry-point names ``TKREG_PLUGINS`` allows; None means all."""
+    value = (os.environ if env is None else env).get(ENV_VAR)
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def entry_points() -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def build_registry(
+    *,
+    use_entry_points: bool = True,
+    plugins: Iterable[tuple[str, Any]] = (),
+    env: Mapping[str, str] | None = None,
+) -> Registry:
+    """A registry filled from entry points (filtered by TKREG_PLUGINS) and ``plugins``, a list of
+    (name, object with hook implementations) registered in-process."""
+    registry = Registry()
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    loaded: list[tuple[PluginInfo, Any]] = []
+
+    if use_entry_points:
+        allowed = selected_names(env)
+        for ep in entry_points():
+            if allowed is not None and ep.name not in allowed:
+                continue
+            dist = ep.dist
+            info = PluginInfo(ep.name, dist.name if dist else "", dist.version if dist else "")
+            try:
+                obj = ep.load()
+            except Exception as e:  # a broken plugin must not take the others down
+                registry.problems.append(PluginProblem(info, "import", _one_line(e)))
+                continue
+            loaded.append((info, obj))
+    loaded.extend((PluginInfo(name), obj) for name, obj in plugins)
+
+    accepted: list[tuple[PluginInfo, Any]] = []
+    for info, obj in loaded:
+        try:
+            manager.register(obj, name=info.name)
+        except (pluggy.PluginValidationError, ValueError) as e:
+            registry.problems.append(PluginProblem(info, "hook validation", _one_line(e)))
+            continue
+        accepted.append((info, obj))
+        registry.plugins.append(info)
+
+    for hook_name, kind in hookspecs.STAGES:
+        for info, obj in accepted:
+            others = [o for i, o in accepted if i.name != info.name]
+            caller = manager.subset_hook_caller(hook_name, remove_plugins=others)
+            register = _register_callback(registry, info, kind)
+            try:
+                caller(register=register)
+            except Exception as e:  # report and keep going; what it registered before stays
+                registry.problems.append(PluginProblem(info, f"register {kind}s", _one_line(e)))
+    return registry
+
+
+def _register_callback(registry: Registry, info: PluginInfo, kind: str) -> Callable[[Any], None]:
+    expected = _SPEC_TYPES[kind]
+
+    def register(spec: Any) -> None:
+        if not isinstance(spec, expected):
+            registry.problems.append(
+                PluginProblem(info, f"register {kind}", f"expected a {expected.__name__}, got {type(spec).__name__}")
+            )
+            return
+        try:
+            registry.add(spec, info)
+        except TkregError as e:
+            registry.problems.append(PluginProblem(info, f"register {kind}", str(e)))
+
+    return register
+
+
+def _one_line(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {e}{where}"

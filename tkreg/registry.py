@@ -1,0 +1,267 @@
+"""The registry: what plugins registered, and which kernels can run where, with reasons.
+
+Lookup by capability imports neither torch nor triton; lookup with concrete inputs inspects them
+duck-typed (dtype, device, data_ptr, stride) and calls the kernels' own input checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from . import capability as caps
+from . import dtypes, refs
+from .errors import RegistrationError, UnknownNameError
+from .platform import Platform, current, installed_version
+from .specs import FEATURES, Kernel, Op, Scheduler
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A loaded plugin: its entry-point (or in-process) name and where it came from."""
+
+    name: str
+    distribution: str = ""
+    version: str = ""
+
+    def describe(self) -> str:
+        if self.distribution:
+            return f"{self.name} ({self.distribution} {self.version})"
+        return f"{self.name} (in-process)"
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    """Something a plugin did wrong; the plugin's other contributions still load where they can."""
+
+    plugin: PluginInfo
+    stage: str  # "import", "register op", "register kernel", ...
+    error: str
+
+    def describe(self) -> str:
+        return f"{self.plugin.describe()}: {self.stage}: {self.error}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether one kernel can run on a platform (and inputs), and why not or why ranked lower."""
+
+    kernel: Kernel
+    reasons: tuple[str, ...] = ()
+    ranking: str = ""
+    score: float | None = None
+
+    @property
+    def runs(self) -> bool:
+        return not self.reasons
+
+
+class Registry:
+    """Ops, kernels and schedulers by name, with the plugin that registered each."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, Op] = {}
+        self._kernels: dict[str, Kernel] = {}
+        self._schedulers: dict[str, Scheduler] = {}
+        self._owner: dict[tuple[str, str], PluginInfo] = {}
+        self.plugins: list[PluginInfo] = []
+        self.problems: list[PluginProblem] = []
+
+    # -- registration (used by tkreg.loading) ---------------------------------------------
+    def add(self, spec: Op | Kernel | Scheduler, plugin: PluginInfo) -> None:
+        kind, table = self._table_for(spec)
+        if spec.name in table:
+            other = self._owner[(kind, spec.name)]
+            raise RegistrationError(
+                f"{kind} {spec.name!r} is registered twice: by plugin {other.describe()} and by plugin {plugin.describe()}"
+            )
+        if isinstance(spec, Kernel):
+            self._check_kernel(spec)
+        table[spec.name] = spec
+        self._owner[(kind, spec.name)] = plugin
+
+    def _table_for(self, spec: object) -> tuple[str, dict[str, Any]]:
+        if isinstance(spec, Op):
+            return "op", self._ops
+        if isinstance(spec, Kernel):
+            return "kernel", self._kernels
+        if isinstance(spec, Scheduler):
+            return "scheduler", self._schedulers
+        raise RegistrationError(f"expected an Op, Kernel or Scheduler, got {type(spec).__name__}: {spec!r}")
+
+    def _check_kernel(self, kernel: Kernel) -> None:
+        if kernel.op not in self._ops:
+            known = ", ".join(sorted(self._ops)) or "none"
+            raise RegistrationError(
+                f"kernel {kernel.name!r} computes op {kernel.op!r}, which no loaded plugin defines (defined ops: {known})"
+            )
+        op = self._ops[kernel.op]
+        extra = [d for d in kernel.requires.dtypes if d not in op.dtypes]
+        if extra:
+            raise RegistrationError(
+                f"kernel {kernel.name!r}: field 'requires.dtypes': {', '.join(extra)} not among op {op.name!r}'s dtypes ({', '.join(op.dtypes)})"
+            )
+
+    # -- reading ----------------------------------------------------------------------------
+    def ops(self) -> list[Op]:
+        return [self._ops[n] for n in sorted(self._ops)]
+
+    def kernels(self, op: str | None = None) -> list[Kernel]:
+        if op is not None:
+            self.op(op)
+        return [k for _, k in sorted(self._kernels.items()) if op is None or k.op == op]
+
+    def schedulers(self) -> list[Scheduler]:
+        return [self._schedulers[n] for n in sorted(self._schedulers)]
+
+    def op(self, name: str) -> Op:
+        return self._get("op", self._ops, name)
+
+    def kernel(self, name: str) -> Kernel:
+        return self._get("kernel", self._kernels, name)
+
+    def scheduler(self, name: str) -> Scheduler:
+        return self._get("scheduler", self._schedulers, name)
+
+    def owner(self, spec: Op | Kernel | Scheduler) -> PluginInfo:
+        kind, _ = self._table_for(spec)
+        return self._owner[(kind, spec.name)]
+
+    @staticmethod
+    def _get(kind: str, table: dict[str, Any], name: str) -> Any:
+        try:
+            return table[name]
+        except KeyError:
+            raise UnknownNameError(kind, name, list(table)) from None
+
+    def kernel_dtypes(self, kernel: Kernel) -> tuple[str, ...]:
+        return kernel.requires.dtypes or self.op(kernel.op).dtypes
+
+    def configs(self, kernel: Kernel, bench: bool = False) -> list[dict[str, Any]]:
+        """The kernel's parameter combinations, crossed with the schedulers if it takes one."""
+        base = (kernel.bench_configs or kernel.configs[:1]) if bench else kernel.configs
+        if not kernel.takes_scheduler:
+            return [dict(c) for c in base]
+        return [{**c, "scheduler": s.name} for c in base for s in self.schedulers()]
+
+    # -- where kernels run ------------------------------------------------------------------
+    def explain(
+        self,
+        op: str,
+        capability: str | caps.Capability | Platform | None = None,
+        inputs: Sequence[Any] | None = None,
+    ) -> list[Verdict]:
+        """Every kernel of ``op``: those that run first (best first), then the rejected, each
+        with its reasons. ``capability`` None means the current device (imports torch)."""
+        self.op(op)
+        platform = _platform(capability)
+        verdicts = [self._judge(k, platform, inputs) for k in self.kernels(op)]
+        runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
+        ranked = [runnable[0]] if runnable else []
+        for better, v in zip(runnable, runnable[1:]):
+            ranked.append(Verdict(v.kernel, (), _why_below(v, better), v.score))
+        rejected = [v for v in verdicts if not v.runs]
+        return ranked + rejected
+
+    def lookup(
+        self,
+        op: str,
+        capability: str | caps.Capability | Platform | None = None,
+        inputs: Sequence[Any] | None = None,
+    ) -> list[Kernel]:
+        """Kernels of ``op`` that can run there (and take ``inputs``), best first."""
+        return [v.kernel for v in self.explain(op, capability, inputs) if v.runs]
+
+    def _judge(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any] | None) -> Verdict:
+        reasons = unmet_requirements(kernel, platform)
+        if inputs is not None and not reasons:
+            reasons = self._input_reasons(kernel, platform, inputs)
+        score = None
+        if not reasons and inputs is not None and kernel.score is not None:
+            value, why = refs.resolve(kernel.score)(*inputs)
+            score = float(value)
+            return Verdict(kernel, (), why, score)
+        return Verdict(kernel, tuple(reasons), "", score)
+
+    def _input_reasons(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any]) -> list[str]:
+        reasons = []
+        accepted = self.kernel_dtypes(kernel)
+        want_device = "cuda" if platform.is_gpu else "cpu"
+        for i, t in enumerate(inputs):
+            dtype = dtypes.name_of(getattr(t, "dtype", "?"))
+            if dtype not in accepted:
+                reasons.append(f"input {i} is {dtype}; {kernel.name} takes {', '.join(accepted)}")
+            device = getattr(getattr(t, "device", None), "type", None)
+            if device is not None and device != want_device:
+                reasons.append(f"input {i} is on {device}; this platform ({platform.describe()}) needs {want_device} tensors")
+        if not reasons and kernel.requires.inputs is not None:
+            reasons.extend(refs.resolve(kernel.requires.inputs)(*inputs))
+        return reasons
+
+
+def _platform(capability: str | caps.Capability | Platform | None) -> Platform:
+    if capability is None:
+        return current()
+    if isinstance(capability, Platform):
+        return capability
+    if capability == "interpreter":
+        return Platform.interpreter()
+    return Platform.cuda(capability)
+
+
+def unmet_requirements(kernel: Kernel, platform: Platform) -> list[str]:
+    """Why ``kernel`` cannot run on ``platform``, in words; empty when it can."""
+    req = kernel.requires
+    reasons = []
+    lo, hi = req.capability_range()
+    if platform.kind == "interpreter":
+        if not kernel.interpretable:
+            reasons.append(
+                f"cannot run under the Triton interpreter; needs a CUDA GPU ({req.describe()}); this machine has no GPU"
+            )
+    else:
+        cap = platform.capability
+        assert cap is not None  # Platform.cuda always sets it
+        if not lo <= cap <= hi:
+            reasons.append(f"needs {_capability_words(kernel, lo, hi)}; this device is {caps.fmt(cap)}")
+    if req.triton is not None:
+        have = installed_version("triton")
+        if have is None:
+            reasons.append(f"needs triton{req.triton}; triton is not installed")
+        elif not _version_in(have, req.triton):
+            reasons.append(f"needs triton{req.triton}; installed is {have}")
+    return reasons
+
+
+def _capability_words(kernel: Kernel, lo: caps.Capability, hi: caps.Capability) -> str:
+    req = kernel.requires
+    span = f"capability {caps.fmt(lo)}" if lo == hi else f"capability {caps.fmt(lo)}..{caps.fmt(hi)}"
+    if hi == (99, 99):
+        span = f"capability >= {caps.fmt(lo)}"
+    words = f"{req.arch} ({span})" if req.arch else span
+    tied = [f for f in req.features if FEATURES[f] == (lo, hi) or (req.arch and FEATURES[f][1] != (99, 99))]
+    return f"{words} for {', '.join(tied)}" if tied else words
+
+
+def _version_in(version: str, spec: str) -> bool:
+    try:
+        # Local build tags (3.6.0+git...) and pre-releases count as the release they build on.
+        return SpecifierSet(spec).contains(Version(version).base_version, prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def _rank_key(v: Verdict) -> tuple[int, float, str]:
+    return (-v.kernel.priority, -(v.score if v.score is not None else 0.0), v.kernel.name)
+
+
+def _why_below(v: Verdict, better: Verdict) -> str:
+    if v.kernel.priority != better.kernel.priority:
+        return f"ranked below {better.kernel.name}: priority {v.kernel.priority} < {better.kernel.priority}"
+    if v.score is not None and better.score is not None and v.score != better.score:
+        return f"ranked below {better.kernel.name}: {v.ranking} vs {better.ranking}"
+    return f"ranked below {better.kernel.name}: same priority, ordered by name"

@@ -1,0 +1,393 @@
+"""The registry's concepts: Op, Case, Kernel, Requirements, CompileTarget, Scheduler.
+
+Each is a frozen dataclass validated in ``__post_init__``; a bad field raises :class:`SpecError`
+naming the spec and the field. Nothing here imports torch or triton: callables that need them are
+given as lazy references ("package.module:function", see :mod:`tkreg.refs`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from . import capability as caps
+from . import dtypes, refs
+from .errors import SpecError
+from .refs import Ref
+
+ParamValue = Union[int, str, bool, float]
+Config = Mapping[str, ParamValue]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
+CASE_SETS = ("default", "full", "bench")
+BOUNDS = ("memory", "compute")
+
+# What a kernel may say it relies on, and the capabilities that have it.
+FEATURES: dict[str, tuple[caps.Capability, caps.Capability]] = {
+    "tma": ((9, 0), (99, 99)),
+    "mbarrier": ((8, 0), (99, 99)),
+    "warp_specialization": ((9, 0), (99, 99)),
+    "wgmma": ((9, 0), (9, 0)),
+    "setmaxnreg": ((9, 0), (99, 99)),
+    "tcgen05": ((10, 0), (10, 3)),
+    "tensor_memory": ((10, 0), (10, 3)),
+}
+
+
+def _check_name(kind: str, name: object) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise SpecError(kind, str(name), "name", "must be lower-case letters, digits, '_', '-' or '.', starting with a letter")
+
+
+def _check_ref(kind: str, name: str, field_name: str, ref: object, optional: bool = False) -> None:
+    if ref is None and optional:
+        return
+    if not refs.is_valid(ref):
+        raise SpecError(kind, name, field_name, f"must be a callable or a 'package.module:attribute' string, got {ref!r}")
+
+
+def _check_dtypes(kind: str, name: str, field_name: str, values: object, allow_empty: bool) -> tuple[str, ...]:
+    if isinstance(values, str) or not isinstance(values, (tuple, list)):
+        raise SpecError(kind, name, field_name, f"must be a tuple of dtype names, got {values!r}")
+    if not values and not allow_empty:
+        raise SpecError(kind, name, field_name, "must name at least one dtype")
+    for value in values:
+        if value not in dtypes.KNOWN:
+            raise SpecError(kind, name, field_name, f"unknown dtype {value!r}; known: {', '.join(dtypes.KNOWN)}")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise check |out - ref| <= atol + rtol * |ref|."""
+
+    atol: float
+    rtol: float
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
+                raise SpecError("tolerance", "-", name, f"must be a number >= 0, got {value!r}")
+
+    def scaled(self, factor: float) -> Tolerance:
+        """Scale the absolute part, e.g. by sqrt(K) for a dot product of length K."""
+        return Tolerance(self.atol * factor, self.rtol)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Fewest bytes the op must move through device memory, and its arithmetic."""
+
+    bytes: int
+    flops: int = 0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input shape of an op. ``dims`` names the sizes (M, N, K); ``variant`` names a layout
+    the op's input factory understands (e.g. "strided"); ``sets`` says which runs include it."""
+
+    dims: Mapping[str, int]
+    sets: tuple[str, ...] = ("default", "full")
+    variant: str = ""
+
+    def __post_init__(self) -> None:
+        label = self.id if isinstance(self.dims, Mapping) else repr(self.dims)
+        if not isinstance(self.dims, Mapping) or not self.dims:
+            raise SpecError("case", label, "dims", "must be a non-empty mapping of size names to integers")
+        for key, value in self.dims.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError("case", label, "dims", f"size {key} must be an integer >= 1, got {value!r}")
+        object.__setattr__(self, "dims", dict(self.dims))
+        for s in self.sets:
+            if s not in CASE_SETS:
+                raise SpecError("case", label, "sets", f"unknown set {s!r}; known: {', '.join(CASE_SETS)}")
+        if self.variant and not _NAME.match(self.variant):
+            raise SpecError("case", label, "variant", "must be a short lower-case word")
+
+    @property
+    def id(self) -> str:
+        shape = "x".join(str(v) for v in self.dims.values())
+        return f"{shape}-{self.variant}" if self.variant else shape
+
+    def __getitem__(self, key: str) -> int:
+        return self.dims[key]
+
+
+def case(sets: tuple[str, ...] = ("default", "full"), variant: str = "", **dims: int) -> Case:
+    """Shorthand: ``case(M=4097, N=33)``."""
+    return Case(dims=dims, sets=sets, variant=variant)
+
+
+@dataclass(frozen=True)
+class Op:
+    """The contract every kernel of one computation shares.
+
+    reference(*inputs) -> tensor runs on float64 CPU copies of the inputs.
+    make_inputs(case, dtype, generator, device) -> tuple of input tensors (fresh random data).
+    make_output(*inputs) -> the empty output a kernel writes into.
+    cost(dims, itemsize) -> Cost, for throughput figures; ``bound`` says which ceiling it meets.
+    peer(*inputs, out) is the library implementation benchmarks compare with.
+    tolerance_scale(dims) -> float multiplies the table's atol (e.g. sqrt(K) for a matmul).
+    """
+
+    name: str
+    reference: Ref
+    make_inputs: Ref
+    make_output: Ref
+    cases: tuple[Case, ...]
+    dtypes: tuple[str, ...]
+    tolerances: Mapping[str, Tolerance]
+    cost: Ref
+    bound: str = "memory"
+    peer: Ref | None = None
+    peer_name: str = ""
+    tolerance_scale: Ref | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        kind = "op"
+        _check_name(kind, self.name)
+        for f in ("reference", "make_inputs", "make_output", "cost"):
+            _check_ref(kind, self.name, f, getattr(self, f))
+        for f in ("peer", "tolerance_scale"):
+            _check_ref(kind, self.name, f, getattr(self, f), optional=True)
+        object.__setattr__(self, "dtypes", _check_dtypes(kind, self.name, "dtypes", self.dtypes, allow_empty=False))
+        if not isinstance(self.cases, (tuple, list)) or not self.cases:
+            raise SpecError(kind, self.name, "cases", "must be a non-empty tuple of Case")
+        for c in self.cases:
+            if not isinstance(c, Case):
+                raise SpecError(kind, self.name, "cases", f"must hold Case objects, got {c!r}")
+        object.__setattr__(self, "cases", tuple(self.cases))
+        ids = [c.id for c in self.cases]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise SpecError(kind, self.name, "cases", f"duplicate case ids: {', '.join(dup)}")
+        if not isinstance(self.tolerances, Mapping):
+            raise SpecError(kind, self.name, "tolerances", "must map dtype names to Tolerance")
+        missing = [d for d in self.dtypes if d not in self.tolerances]
+        if missing:
+            raise SpecError(kind, self.name, "tolerances", f"no tolerance for {', '.join(missing)}")
+        for d, tol in self.tolerances.items():
+            if not isinstance(tol, Tolerance):
+                raise SpecError(kind, self.name, "tolerances", f"{d}: expected Tolerance, got {tol!r}")
+        if self.bound not in BOUNDS:
+            raise SpecError(kind, self.name, "bound", f"must be one of {BOUNDS}, got {self.bound!r}")
+        if self.peer is not None and not self.peer_name:
+            object.__setattr__(self, "peer_name", refs.describe(self.peer).rpartition(":")[2])
+
+    def cases_in(self, case_set: str) -> tuple[Case, ...]:
+        return tuple(c for c in self.cases if case_set in c.sets)
+
+    def tolerance(self, dtype: str, case: Case) -> Tolerance:
+        tol = self.tolerances[dtype]
+        if self.tolerance_scale is not None:
+            tol = tol.scaled(float(refs.resolve(self.tolerance_scale)(case.dims)))
+        return tol
+
+    def cost_of(self, case: Case, dtype: str) -> Cost:
+        return refs.resolve(self.cost)(case.dims, dtypes.ITEMSIZE[dtype])
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """Where a kernel can run.
+
+    ``arch`` names an exact architecture variant ("sm_90a", "sm_100a") and implies its capability
+    range; otherwise ``min_capability``/``max_capability`` (inclusive) bound it. ``triton`` is a
+    version specifier (">=3.6,<3.7"). ``features`` says what the kernel relies on (see FEATURES).
+    ``dtypes`` restricts the op's dtypes. ``inputs(*tensors) -> list[str]`` gives the reasons a
+    kernel cannot take concrete inputs (empty list: it can), e.g. TMA's 16-byte alignment.
+    """
+
+    min_capability: caps.Capability | None = None
+    max_capability: caps.Capability | None = None
+    arch: str | None = None
+    triton: str | None = None
+    features: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    inputs: Ref | None = None
+
+    def validate(self, kernel: str) -> None:
+        kind = "kernel"
+        if self.arch is not None and self.arch not in caps.ARCHES:
+            raise SpecError(kind, kernel, "requires.arch", f"unknown architecture {self.arch!r}; known: {', '.join(caps.ARCHES)}")
+        if self.arch is not None and (self.min_capability or self.max_capability):
+            raise SpecError(kind, kernel, "requires.arch", "give either arch or a capability range, not both")
+        for f in ("min_capability", "max_capability"):
+            value = getattr(self, f)
+            if value is not None:
+                try:
+                    caps.parse(value)
+                except ValueError as e:
+                    raise SpecError(kind, kernel, f"requires.{f}", str(e)) from None
+        lo, hi = self.capability_range()
+        if lo > hi:
+            raise SpecError(kind, kernel, "requires", f"empty capability range {caps.fmt(lo)} .. {caps.fmt(hi)}")
+        if self.triton is not None:
+            try:
+                SpecifierSet(self.triton)
+            except InvalidSpecifier:
+                raise SpecError(kind, kernel, "requires.triton", f"not a version specifier: {self.triton!r}") from None
+        for feat in self.features:
+            if feat not in FEATURES:
+                raise SpecError(kind, kernel, "requires.features", f"unknown feature {feat!r}; known: {', '.join(FEATURES)}")
+            f_lo, f_hi = FEATURES[feat]
+            if lo < f_lo or hi > f_hi:
+                raise SpecError(
+                    kind, kernel, "requires.features",
+                    f"{feat} exists on {caps.fmt(f_lo)}..{caps.fmt(f_hi)}, but the kernel claims {caps.fmt(lo)}..{caps.fmt(hi)}",
+                )
+        _check_dtypes(kind, kernel, "requires.dtypes", self.dtypes, allow_empty=True)
+        _check_ref(kind, kernel, "requires.inputs", self.inputs, optional=True)
+
+    def capability_range(self) -> tuple[caps.Capability, caps.Capability]:
+        if self.arch is not None:
+            a = caps.ARCHES[self.arch]
+            return a.first, a.last
+        lo = caps.parse(self.min_capability) if self.min_capability else (0, 0)
+        hi = caps.parse(self.max_capability) if self.max_capability else (99, 99)
+        return lo, hi
+
+    def describe(self) -> str:
+        parts = []
+        lo, hi = self.capability_range()
+        if self.arch:
+            parts.append(f"{self.arch} ({caps.fmt(lo)}..{caps.fmt(hi)})")
+        elif (lo, hi) != ((0, 0), (99, 99)):
+            parts.append(f"capability {caps.fmt(lo)}" + ("+" if hi == (99, 99) else f"..{caps.fmt(hi)}"))
+        if self.triton:
+            parts.append(f"triton{self.triton}")
+        if self.features:
+            parts.append("+".join(self.features))
+        if self.inputs is not None:
+            parts.append("input constraints")
+        return ", ".join(parts) or "any CUDA GPU"
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """An architecture a kernel must compile for, and what its code must then hold: regular
+    expressions over the PTX (``ptx``) and over the SASS from cuobjdump (``sass``)."""
+
+    arch: str
+    ptx: tuple[str, ...] = ()
+    sass: tuple[str, ...] = ()
+
+    def validate(self, kernel: str) -> None:
+        if self.arch not in caps.ARCHES:
+            raise SpecError("kernel", kernel, "targets", f"unknown architecture {self.arch!r}; known: {', '.join(caps.ARCHES)}")
+        for pattern in (*self.ptx, *self.sass):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise SpecError("kernel", kernel, "targets", f"bad pattern {pattern!r}: {e}") from None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One implementation of an op.
+
+    launcher(*inputs, out=None, **config) -> out runs it (validating inputs first).
+    configs are the parameter combinations tests cover; the first is what benchmarks time unless
+    ``bench_configs`` says otherwise. With ``takes_scheduler`` every config is crossed with every
+    registered scheduler (config key "scheduler").
+    aot(arch, dtype, config) -> tkreg.aot.AotSpec describes one ahead-of-time compile for targets.
+    priority ranks kernels in lookup (higher first); score(*inputs) -> (value, why) ranks kernels of
+    one priority for concrete inputs (higher value first).
+    """
+
+    name: str
+    op: str
+    launcher: Ref
+    requires: Requirements = field(default_factory=Requirements)
+    interpretable: bool = False
+    targets: tuple[CompileTarget, ...] = ()
+    aot: Ref | None = None
+    configs: tuple[Config, ...] = ({},)
+    bench_configs: tuple[Config, ...] | None = None
+    takes_scheduler: bool = False
+    priority: int = 0
+    score: Ref | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        kind = "kernel"
+        _check_name(kind, self.name)
+        if not isinstance(self.op, str) or not _NAME.match(self.op):
+            raise SpecError(kind, self.name, "op", f"must be an op name, got {self.op!r}")
+        _check_ref(kind, self.name, "launcher", self.launcher)
+        _check_ref(kind, self.name, "aot", self.aot, optional=True)
+        _check_ref(kind, self.name, "score", self.score, optional=True)
+        if not isinstance(self.requires, Requirements):
+            raise SpecError(kind, self.name, "requires", f"must be Requirements, got {self.requires!r}")
+        self.requires.validate(self.name)
+        if not isinstance(self.targets, (tuple, list)):
+            raise SpecError(kind, self.name, "targets", "must be a tuple of CompileTarget")
+        for t in self.targets:
+            if not isinstance(t, CompileTarget):
+                raise SpecError(kind, self.name, "targets", f"must hold CompileTarget objects, got {t!r}")
+            t.validate(self.name)
+        object.__setattr__(self, "targets", tuple(self.targets))
+        if self.targets and self.aot is None:
+            raise SpecError(kind, self.name, "aot", "kernels with compile targets must say how to compile them (aot=...)")
+        for f in ("configs", "bench_configs"):
+            value = getattr(self, f)
+            if value is None and f == "bench_configs":
+                continue
+            if not isinstance(value, (tuple, list)) or not value:
+                raise SpecError(kind, self.name, f, "must be a non-empty tuple of parameter mappings")
+            for config in value:
+                _check_config(self.name, f, config)
+            object.__setattr__(self, f, tuple(dict(c) for c in value))
+        if not isinstance(self.priority, int):
+            raise SpecError(kind, self.name, "priority", f"must be an integer, got {self.priority!r}")
+
+    @property
+    def default_config(self) -> dict[str, ParamValue]:
+        return dict(self.configs[0])
+
+    def load(self) -> Callable[..., Any]:
+        """Import and return the launcher."""
+        return refs.resolve(self.launcher)
+
+
+def _check_config(kernel: str, field_name: str, config: object) -> None:
+    if not isinstance(config, Mapping):
+        raise SpecError("kernel", kernel, field_name, f"each config must be a mapping, got {config!r}")
+    for key, value in config.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise SpecError("kernel", kernel, field_name, f"parameter names must be identifiers, got {key!r}")
+        if not isinstance(value, (int, str, bool, float)):
+            raise SpecError("kernel", kernel, field_name, f"parameter {key} must be int, str, bool or float, got {value!r}")
+
+
+def config_id(config: Config) -> str:
+    return "-".join(f"{k}={v}" for k, v in config.items())
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A tile order for persistent kernels.
+
+    gluon: the Gluon aggregate a kernel takes as its ``SchedulerImpl`` constexpr (interface:
+    ``initialize(M, N, BLOCK_M, BLOCK_N)``, ``get_num_tiles()``, ``get_tile(idx) -> (pid_m, pid_n)``).
+    model(M, N, BLOCK_M, BLOCK_N, num_programs) -> per program, the list of (pid_m, pid_n) it
+    visits in order: a pure-Python statement of the order, checked against the GPU.
+    """
+
+    name: str
+    gluon: Ref
+    model: Ref
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("scheduler", self.name)
+        _check_ref("scheduler", self.name, "gluon", self.gluon)
+        _check_ref("scheduler", self.name, "model", self.model)

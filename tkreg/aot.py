@@ -123,7 +123,9 @@ def check_code(code: CompiledCode, target: CompileTarget) -> TargetCheck:
     return TargetCheck(target.arch, missing_ptx, missing_sass, code.resources)
 
 
-def compile_and_check(kernel: Kernel, target: CompileTarget, dtype: str, config: dict[str, Any]) -> tuple[TargetCheck, CompiledCode]:
+def compile_and_check(
+    kernel: Kernel, target: CompileTarget, dtype: str, config: dict[str, Any]
+) -> tuple[TargetCheck, CompiledCode]:
     if kernel.aot is None:
         raise ValueError(f"kernel {kernel.name} has no aot function")
     spec = refs.resolve(kernel.aot)(caps.arch(target.arch), dtype, dict(config))

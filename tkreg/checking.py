@@ -29,7 +29,8 @@ class Comparison:
         return self.mismatched == 0
 
     def report(self, context: str = "") -> str:
-        lines = [f"{self.mismatched} of {self.total} elements mismatch (atol={self.tolerance.atol:.3g}, rtol={self.tolerance.rtol:.3g})"]
+        tol = self.tolerance
+        lines = [f"{self.mismatched} of {self.total} elements mismatch (atol={tol.atol:.3g}, rtol={tol.rtol:.3g})"]
         if context:
             lines.insert(0, context)
         if self.unwritten:
@@ -42,9 +43,10 @@ class Comparison:
         return "\n".join(lines)
 
 
-def compare(out: Any, ref: Any, tol: Tolerance, poison_is_nan: bool = True) -> Comparison:
+def compare(out: Any, ref: Any, tol: Tolerance, unwritten: Any = None) -> Comparison:
     """Elementwise |out - ref| <= atol + rtol*|ref|, with NaN and inf never passing unless the
-    reference has the same non-finite value."""
+    reference has the same non-finite value. ``unwritten`` marks elements that still hold the
+    poison; without it, every NaN where the reference is finite counts as unwritten."""
     import torch
 
     got = out.detach().to("cpu", torch.float64)
@@ -59,8 +61,9 @@ def compare(out: Any, ref: Any, tol: Tolerance, poison_is_nan: bool = True) -> C
     close = (diff <= allowed) & got_finite & want_finite
     same_special = ~want_finite & ((got == want) | (torch.isnan(got) & torch.isnan(want)))
     bad = ~(close | same_special)
-    unwritten = int((got_nan & want_finite).sum()) if poison_is_nan else 0
-    nonfinite = int((~got_finite & want_finite).sum()) - unwritten
+    poisoned = got_nan if unwritten is None else unwritten.reshape(got.shape)
+    unwritten_count = int((poisoned & want_finite).sum())
+    nonfinite = int((~got_finite & want_finite).sum()) - unwritten_count
     both = got_finite & want_finite
     max_abs = float(diff[both].max()) if bool(both.any()) else 0.0
     rel = diff[both] / want[both].abs().clamp_min(torch.finfo(torch.float64).tiny)
@@ -72,7 +75,7 @@ def compare(out: Any, ref: Any, tol: Tolerance, poison_is_nan: bool = True) -> C
     return Comparison(
         total=got.numel(),
         mismatched=int(bad.sum()),
-        unwritten=unwritten,
+        unwritten=unwritten_count,
         nonfinite=nonfinite,
         max_abs=max_abs,
         max_rel=max_rel,

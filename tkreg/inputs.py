@@ -71,7 +71,8 @@ def tma_reasons(t: Any, name: str) -> list[str]:
     if t.stride(-1) != 1:
         reasons.append(f"{name}: last stride is {t.stride(-1)}; TMA needs 1 (a contiguous last dimension)")
     if t.data_ptr() % TMA_ALIGNMENT:
-        reasons.append(f"{name}: base address is not {TMA_ALIGNMENT}-byte aligned (offset {t.data_ptr() % TMA_ALIGNMENT}); TMA needs it")
+        offset = t.data_ptr() % TMA_ALIGNMENT
+        reasons.append(f"{name}: base address is not {TMA_ALIGNMENT}-byte aligned (offset {offset}); TMA needs it")
     for dim in range(t.dim() - 1):
         stride_bytes = t.stride(dim) * itemsize
         if stride_bytes % TMA_ALIGNMENT:

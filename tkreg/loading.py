@@ -79,7 +79,7 @@ def build_registry(
         registry.plugins.append(info)
 
     for hook_name, kind in hookspecs.STAGES:
-        for info, obj in accepted:
+        for info, _ in accepted:
             others = [o for i, o in accepted if i.name != info.name]
             caller = manager.subset_hook_caller(hook_name, remove_plugins=others)
             register = _register_callback(registry, info, kind)

@@ -6,6 +6,7 @@ duck-typed (dtype, device, data_ptr, stride) and calls the kernels' own input ch
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +104,8 @@ class Registry:
         extra = [d for d in kernel.requires.dtypes if d not in op.dtypes]
         if extra:
             raise RegistrationError(
-                f"kernel {kernel.name!r}: field 'requires.dtypes': {', '.join(extra)} not among op {op.name!r}'s dtypes ({', '.join(op.dtypes)})"
+                f"kernel {kernel.name!r}: field 'requires.dtypes': {', '.join(extra)} "
+                f"not among op {op.name!r}'s dtypes ({', '.join(op.dtypes)})"
             )
 
     # -- reading ----------------------------------------------------------------------------
@@ -143,7 +145,8 @@ class Registry:
 
     def configs(self, kernel: Kernel, bench: bool = False) -> list[dict[str, Any]]:
         """The kernel's parameter combinations, crossed with the schedulers if it takes one."""
-        base = (kernel.bench_configs or kernel.configs[:1]) if bench else kernel.configs
+        # Benchmarks time what a user gets: the launcher's own choice, unless the kernel says.
+        base = (kernel.bench_configs or ({},)) if bench else kernel.configs
         if not kernel.takes_scheduler:
             return [dict(c) for c in base]
         return [{**c, "scheduler": s.name} for c in base for s in self.schedulers()]
@@ -162,7 +165,7 @@ class Registry:
         verdicts = [self._judge(k, platform, inputs) for k in self.kernels(op)]
         runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
         ranked = [runnable[0]] if runnable else []
-        for better, v in zip(runnable, runnable[1:]):
+        for better, v in itertools.pairwise(runnable):
             ranked.append(Verdict(v.kernel, (), _why_below(v, better), v.score))
         rejected = [v for v in verdicts if not v.runs]
         return ranked + rejected

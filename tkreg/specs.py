@@ -135,6 +135,7 @@ class Op:
     cost(dims, itemsize) -> Cost, for throughput figures; ``bound`` says which ceiling it meets.
     peer(*inputs, out) is the library implementation benchmarks compare with.
     tolerance_scale(dims) -> float multiplies the table's atol (e.g. sqrt(K) for a matmul).
+    bench_dtypes: the dtypes benchmarks cover (default: all of ``dtypes``).
     """
 
     name: str
@@ -149,6 +150,7 @@ class Op:
     peer: Ref | None = None
     peer_name: str = ""
     tolerance_scale: Ref | None = None
+    bench_dtypes: tuple[str, ...] = ()
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -159,6 +161,10 @@ class Op:
         for f in ("peer", "tolerance_scale"):
             _check_ref(kind, self.name, f, getattr(self, f), optional=True)
         object.__setattr__(self, "dtypes", _check_dtypes(kind, self.name, "dtypes", self.dtypes, allow_empty=False))
+        bench = _check_dtypes(kind, self.name, "bench_dtypes", self.bench_dtypes, allow_empty=True)
+        if not set(bench) <= set(self.dtypes):
+            raise SpecError(kind, self.name, "bench_dtypes", f"must be among the op's dtypes ({', '.join(self.dtypes)})")
+        object.__setattr__(self, "bench_dtypes", bench or self.dtypes)
         if not isinstance(self.cases, (tuple, list)) or not self.cases:
             raise SpecError(kind, self.name, "cases", "must be a non-empty tuple of Case")
         for c in self.cases:
@@ -295,8 +301,9 @@ class Kernel:
     """One implementation of an op.
 
     launcher(*inputs, out=None, **config) -> out runs it (validating inputs first).
-    configs are the parameter combinations tests cover; the first is what benchmarks time unless
-    ``bench_configs`` says otherwise. With ``takes_scheduler`` every config is crossed with every
+    configs are the parameter combinations tests cover (the first is the default); benchmarks time
+    ``bench_configs``, by default ``({},)``: the launcher's own choice, what a user gets.
+    With ``takes_scheduler`` every config is crossed with every
     registered scheduler (config key "scheduler").
     aot(arch, dtype, config) -> tkreg.aot.AotSpec describes one ahead-of-time compile for targets.
     priority ranks kernels in lookup (higher first); score(*inputs) -> (value, why) ranks kernels of

@@ -1,0 +1,121 @@
+"""The pytest plugin, exercised through pytester with the toy plugin as the run's conftest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# Imported here so pytester's in-process runs find them already loaded: its sys.modules snapshot
+# would otherwise drop torch after the first run, and torch cannot be imported twice.
+import torch  # noqa: F401
+import triton  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+TOY = (Path(__file__).parent / "fixtures" / "toy_plugin.py").read_text()
+
+
+@pytest.fixture
+def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester directory whose conftest registers the toy plugin; installed plugins are off."""
+    monkeypatch.setenv("TKREG_PLUGINS", "")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # this machine has no GPU; the plugin would set it too
+    pytester.makeconftest(TOY)
+    return pytester
+
+
+def test_without_flag_nothing_is_generated_and_nothing_heavy_imported(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+import sys
+def pytest_sessionfinish(session):
+    print("HEAVY:", sorted(m for m in ("torch", "triton") if m in sys.modules))
+"""
+    )
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_subprocess("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*HEAVY: []*"])
+    assert "tkreg/" not in result.stdout.str()
+
+
+def test_correct_kernel_items_pass_with_readable_ids(toy: pytest.Pytester) -> None:
+    result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_scale", "-m", "tkreg_correctness", "-v")
+    # 2 configs x 2 dtypes x 3 cases
+    result.assert_outcomes(passed=12)
+    result.stdout.fnmatch_lines(
+        [
+            "*tkreg/toy_scale::toy_scale[[]fp16-17x33-BLOCK_M=16-BLOCK_N=16[]] PASSED*",
+            "*tkreg/toy_scale::toy_scale[[]fp32-9x21-strided-BLOCK_M=4-BLOCK_N=8[]] PASSED*",
+            "*correctness (no GPU: Triton interpreter): 12 passed*",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kernel", "expected"),
+    [
+        ("toy_off_by_one", ["*elements never written (still NaN poison*", "*at [[]0, 32[]]: got nan, expected*"]),
+        ("toy_unwritten_tail", ["*elements never written*", "*at [[]16, 0[]]*"]),
+        ("toy_wrong_stride", ["*mismatch*", "*max abs error*"]),
+        ("toy_nan", ["*1 elements are inf or NaN where the reference is finite*", "*at [[]16, 0[]]*"]),
+    ],
+)
+def test_broken_kernels_fail_with_actionable_messages(toy: pytest.Pytester, kernel: str, expected: list[str]) -> None:
+    result = toy.runpytest("--tkreg", f"--tkreg-kernel={kernel}", "-m", "tkreg_correctness", "-k", "fp32-17x33 or strided")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 1, result.stdout.str()
+    result.stdout.fnmatch_lines([*expected, "*seed=*"])
+
+
+def test_wrong_stride_only_fails_on_strided_input(toy: pytest.Pytester) -> None:
+    result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_wrong_stride", "-m", "tkreg_correctness", "-v")
+    result.assert_outcomes(passed=4, failed=2)
+    result.stdout.fnmatch_lines(["*::toy_wrong_stride[[]fp32-9x21-strided-BLOCK_M=16-BLOCK_N=16[]] FAILED*"])
+
+
+def test_unmet_requirements_skip_with_the_reason(toy: pytest.Pytester) -> None:
+    result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_hopper_only", "-rs")
+    result.assert_outcomes(skipped=6)
+    result.stdout.fnmatch_lines(["*cannot run under the Triton interpreter; needs a CUDA GPU (sm_90a*this machine has no GPU*"])
+
+
+def test_compile_items_check_the_generated_code(toy: pytest.Pytester) -> None:
+    result = toy.runpytest("--tkreg", "-m", "tkreg_compile", "-v")
+    # toy_scale: 2 configs in fp32 + fp16 with the default config, for sm_80
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*tkreg/toy_scale::toy_scale[[]compile-sm_80-fp32-BLOCK_M=4-BLOCK_N=8[]] PASSED*"])
+
+
+def test_a_hung_kernel_fails_its_item_with_a_timeout(toy: pytest.Pytester) -> None:
+    result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_spin", "--tkreg-timeout=2", "-k", "fp32-5x1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Timeout*2.0*"])
+
+
+def test_filters_and_markers_select_items(toy: pytest.Pytester) -> None:
+    result = toy.runpytest("--tkreg", "--tkreg-op=toy_scale", "--co", "-q", "-m", "tkreg_compile")
+    result.stdout.fnmatch_lines(["tkreg/toy_scale::toy_scale[[]compile-sm_80-*", "*3/* tests collected*"])
+    result = toy.runpytest("--tkreg", "--tkreg-op=nope", "--co", "-q")
+    assert "tkreg/" not in result.stdout.str()
+
+
+def test_a_broken_plugin_fails_one_item_and_the_rest_still_run(toy: pytest.Pytester) -> None:
+    toy.mkpydir("sub")
+    toy.path.joinpath("sub", "conftest.py").write_text(
+        "import tkreg\n@tkreg.hookimpl\ndef tkreg_register_kernels(register):\n    raise RuntimeError('boom in plugin')\n"
+    )
+    toy.path.joinpath("sub", "test_dummy.py").write_text("def test_dummy():\n    pass\n")
+    result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_scale", "-m", "tkreg_correctness or tkreg")
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 1, result.stdout.str()
+    assert outcomes["passed"] >= 12
+    result.stdout.fnmatch_lines(["*tkreg plugin problem: sub/conftest.py (in-process): register kernels: RuntimeError: boom in plugin*"])
+
+
+def test_benchmarks_skip_without_a_gpu(toy: pytest.Pytester) -> None:
+    toy.makeconftest(TOY.replace("tkreg.case(M=5, N=1),", "tkreg.case(M=5, N=1), tkreg.case(sets=('bench',), M=64, N=64),"))
+    result = toy.runpytest("--tkreg", "--tkreg-bench", "--tkreg-kernel=toy_scale", "-m", "tkreg_bench", "-rs")
+    result.assert_outcomes(skipped=2)  # one bench case x two dtypes; the toy op has no peer
+    result.stdout.fnmatch_lines(["*benchmarks need a CUDA GPU*"])

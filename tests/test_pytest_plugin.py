@@ -111,7 +111,9 @@ def test_a_broken_plugin_fails_one_item_and_the_rest_still_run(toy: pytest.Pytes
     outcomes = result.parseoutcomes()
     assert outcomes["failed"] == 1, result.stdout.str()
     assert outcomes["passed"] >= 12
-    result.stdout.fnmatch_lines(["*tkreg plugin problem: sub/conftest.py (in-process): register kernels: RuntimeError: boom in plugin*"])
+    result.stdout.fnmatch_lines(
+        ["*tkreg plugin problem: sub/conftest.py (in-process): register kernels: RuntimeError: boom in plugin*"]
+    )
 
 
 def test_benchmarks_skip_without_a_gpu(toy: pytest.Pytester) -> None:

@@ -36,10 +36,10 @@ __all__ = [
     "UnknownNameError",
     "Verdict",
     "case",
+    "default_registry",
     "explain",
     "hookimpl",
     "lookup",
-    "registry",
     "reload",
 ]
 
@@ -47,7 +47,7 @@ __version__ = "0.1.0"
 
 
 @functools.lru_cache(maxsize=1)
-def registry() -> Registry:
+def default_registry() -> Registry:
     """The registry of installed plugins (entry points, filtered by TKREG_PLUGINS), built once."""
     from .loading import build_registry
 
@@ -56,16 +56,16 @@ def registry() -> Registry:
 
 def reload() -> Registry:
     """Forget the cached registry and load the plugins again."""
-    registry.cache_clear()
-    return registry()
+    default_registry.cache_clear()
+    return default_registry()
 
 
 def lookup(op: str, capability: str | Capability | Platform | None = None, inputs: Sequence[Any] | None = None) -> list[Kernel]:
     """Kernels of ``op`` that run on ``capability`` (default: this machine's GPU, or the Triton
     interpreter when there is none) and accept ``inputs`` if given, best first."""
-    return registry().lookup(op, capability, inputs)
+    return default_registry().lookup(op, capability, inputs)
 
 
 def explain(op: str, capability: str | Capability | Platform | None = None, inputs: Sequence[Any] | None = None) -> list[Verdict]:
     """Like :func:`lookup`, with every kernel's verdict: reasons for rejections and rankings."""
-    return registry().explain(op, capability, inputs)
+    return default_registry().explain(op, capability, inputs)

@@ -69,9 +69,7 @@ def compare(out: Any, ref: Any, tol: Tolerance, unwritten: Any = None) -> Compar
     rel = diff[both] / want[both].abs().clamp_min(torch.finfo(torch.float64).tiny)
     max_rel = float(rel.max()) if rel.numel() else 0.0
     idx = bad.nonzero()[:FIRST_SHOWN]
-    first = tuple(
-        (tuple(int(i) for i in row), float(got[tuple(row)]), float(want[tuple(row)])) for row in idx.tolist()
-    )
+    first = tuple((tuple(int(i) for i in row), float(got[tuple(row)]), float(want[tuple(row)])) for row in idx.tolist())
     return Comparison(
         total=got.numel(),
         mismatched=int(bad.sum()),

@@ -91,7 +91,7 @@ def cmd_info(registry: Registry, args: argparse.Namespace) -> int:
         "priority": kernel.priority,
         f"runs on {where.describe()}": "yes" if not reasons else "no: " + "; ".join(reasons),
         "op cases": {c.id: list(c.sets) for c in op.cases},
-        "op tolerances": {d: {"atol": t.atol, "rtol": t.rtol} for d, t in op.tolerances.items()},
+        "op tolerances": {d: {"atol": op.tolerances[d].atol, "rtol": op.tolerances[d].rtol} for d in op.dtypes},
         "op tolerance scale": refs.describe(op.tolerance_scale) if op.tolerance_scale else None,
         "op cost model": refs.describe(op.cost),
         "op peer": op.peer_name or None,

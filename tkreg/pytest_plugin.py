@@ -30,6 +30,7 @@ MARKERS = {
 }
 DEFAULT_TIMEOUT_S = 600.0
 
+
 class OpGroup(pytest.Collector):
     """The parent of one op's generated items, with node id ``tkreg/<op>`` so that item ids read
     like ``tkreg/sum_row::sum_row_blocked[bf16-4097x33-BLOCK_M=4]``."""

@@ -159,10 +159,13 @@ class Registry:
         inputs: Sequence[Any] | None = None,
     ) -> list[Verdict]:
         """Every kernel of ``op``: those that run first (best first), then the rejected, each
-        with its reasons. ``capability`` None means the current device (imports torch)."""
+        with its reasons. ``capability`` None means this machine's device, and then the inputs
+        must also live where it runs; a given capability is a hypothetical device, so only the
+        inputs' dtypes, shapes, strides and alignment are judged."""
         self.op(op)
         platform = _platform(capability)
-        verdicts = [self._judge(k, platform, inputs) for k in self.kernels(op)]
+        here = capability is None
+        verdicts = [self._judge(k, platform, inputs, here) for k in self.kernels(op)]
         runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
         ranked = [runnable[0]] if runnable else []
         for better, v in itertools.pairwise(runnable):
@@ -179,10 +182,10 @@ class Registry:
         """Kernels of ``op`` that can run there (and take ``inputs``), best first."""
         return [v.kernel for v in self.explain(op, capability, inputs) if v.runs]
 
-    def _judge(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any] | None) -> Verdict:
+    def _judge(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any] | None, here: bool) -> Verdict:
         reasons = unmet_requirements(kernel, platform)
         if inputs is not None and not reasons:
-            reasons = self._input_reasons(kernel, platform, inputs)
+            reasons = self._input_reasons(kernel, platform, inputs, here)
         score = None
         if not reasons and inputs is not None and kernel.score is not None:
             value, why = refs.resolve(kernel.score)(*inputs)
@@ -190,7 +193,7 @@ class Registry:
             return Verdict(kernel, (), why, score)
         return Verdict(kernel, tuple(reasons), "", score)
 
-    def _input_reasons(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any]) -> list[str]:
+    def _input_reasons(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any], here: bool) -> list[str]:
         reasons = []
         accepted = self.kernel_dtypes(kernel)
         want_device = "cuda" if platform.is_gpu else "cpu"
@@ -199,7 +202,7 @@ class Registry:
             if dtype not in accepted:
                 reasons.append(f"input {i} is {dtype}; {kernel.name} takes {', '.join(accepted)}")
             device = getattr(getattr(t, "device", None), "type", None)
-            if device is not None and device != want_device:
+            if here and device is not None and device != want_device:
                 reasons.append(f"input {i} is on {device}; this platform ({platform.describe()}) needs {want_device} tensors")
         if not reasons and kernel.requires.inputs is not None:
             reasons.extend(refs.resolve(kernel.requires.inputs)(*inputs))

@@ -12,9 +12,9 @@ def resolve(scheduler: str | Scheduler) -> Scheduler:
     """A Scheduler spec from a spec or a registered name."""
     if isinstance(scheduler, Scheduler):
         return scheduler
-    from . import registry
+    from . import default_registry
 
-    return registry().scheduler(scheduler)
+    return default_registry().scheduler(scheduler)
 
 
 def gluon_impl(scheduler: str | Scheduler) -> Any:

@@ -247,7 +247,9 @@ class Requirements:
             f_lo, f_hi = FEATURES[feat]
             if lo < f_lo or hi > f_hi:
                 raise SpecError(
-                    kind, kernel, "requires.features",
+                    kind,
+                    kernel,
+                    "requires.features",
                     f"{feat} exists on {caps.fmt(f_lo)}..{caps.fmt(f_hi)}, but the kernel claims {caps.fmt(lo)}..{caps.fmt(hi)}",
                 )
         _check_dtypes(kind, kernel, "requires.dtypes", self.dtypes, allow_empty=True)

@@ -1,0 +1,54 @@
+"""Small in-process plugins and specs shared by the core tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tkreg
+from tkreg.loading import build_registry
+from tkreg.registry import Registry
+from tkreg.tolerances import EXACT
+
+
+def cost(dims: dict[str, int], itemsize: int) -> tkreg.Cost:
+    return tkreg.Cost(bytes=dims["N"] * itemsize)
+
+
+def op(name: str = "vec") -> tkreg.Op:
+    return tkreg.Op(
+        name=name,
+        reference="tests.helpers:cost",  # never called by these tests
+        make_inputs="tests.helpers:cost",
+        make_output="tests.helpers:cost",
+        cases=(tkreg.case(N=7),),
+        dtypes=("float32", "float16"),
+        tolerances=EXACT,
+        cost=cost,
+    )
+
+
+def kernel(name: str, op_name: str = "vec", **kw: Any) -> tkreg.Kernel:
+    return tkreg.Kernel(name=name, op=op_name, launcher="tests.helpers:cost", **kw)
+
+
+class Plugin:
+    """A plugin object registering the given specs through the public hooks."""
+
+    def __init__(self, ops: tuple = (), kernels: tuple = (), fail: str | None = None) -> None:
+        self._ops, self._kernels, self._fail = ops, kernels, fail
+
+    @tkreg.hookimpl
+    def tkreg_register_ops(self, register: Any) -> None:
+        for o in self._ops:
+            register(o)
+
+    @tkreg.hookimpl
+    def tkreg_register_kernels(self, register: Any) -> None:
+        if self._fail == "kernels":
+            raise RuntimeError("plugin bug while registering kernels")
+        for k in self._kernels:
+            register(k() if callable(k) else k)
+
+
+def registry_of(**plugins: Plugin) -> Registry:
+    return build_registry(use_entry_points=False, plugins=list(plugins.items()))

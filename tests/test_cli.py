@@ -111,7 +111,10 @@ def test_unknown_kernel_is_a_clear_error(site: Path) -> None:
 
 
 def test_listing_imports_neither_torch_nor_triton(site: Path) -> None:
-    code = "import sys, tkreg.cli; tkreg.cli.main(['list', '--capability', '9.0']); print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    code = (
+        "import sys, tkreg.cli; tkreg.cli.main(['list', '--capability', '9.0']); "
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_with(site, None), timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"

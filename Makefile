@@ -1,0 +1,37 @@
+# The README's quick start: `make run` (the main job) and `make test` (the test suite). Both build
+# .venv on first use: CPU torch (the pinned 2.13.0), triton 3.6.0, tkreg and every plugin under
+# plugins/, installed editable the way a third-party plugin would be.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(sort $(wildcard plugins/*/pyproject.toml)))
+STAMP := $(VENV)/.tkreg-installed
+ARGS ?=
+
+.PHONY: run test install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
+	$(BIN)/python -m pip install -q -c constraints.txt torch
+	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation ruff pytest-xdist -e . $(addprefix -e ,$(PLUGIN_DIRS))
+	touch $@
+
+# The main job: what is installed and where it runs, then every generated item this machine can
+# run (Triton interpreter and compile checks without a GPU; correctness and benchmarks with one).
+run: $(STAMP)
+	$(BIN)/tkreg doctor
+	$(BIN)/tkreg list
+	$(BIN)/python -m pytest --tkreg -m tkreg -p no:cacheprovider \
+		$$($(BIN)/python -c "from tkreg.platform import current; print('--tkreg-bench' if current().is_gpu else '')") $(ARGS)
+
+# The test suite: lint, the core and plugin tests, and every generated tkreg item.
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest --tkreg $(ARGS)
+
+clean:
+	rm -rf $(VENV)

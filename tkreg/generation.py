@@ -70,7 +70,7 @@ class ItemSpec:
 
 def generate(registry: Registry, selection: Selection) -> list[ItemSpec]:
     items: list[ItemSpec] = []
-    case_set = "full" if selection.full else "default"
+    case_sets = ("default", "gpu", "full") if selection.full else ("default", "gpu")
     for op in registry.ops():
         kernels = [k for k in registry.kernels(op.name) if selection.wants(registry, k)]
         for kernel in kernels:
@@ -79,7 +79,7 @@ def generate(registry: Registry, selection: Selection) -> list[ItemSpec]:
             configs = registry.configs(kernel)
             for config in configs:
                 for dtype in kernel_dtypes:
-                    for case in op.cases_in(case_set):
+                    for case in op.cases_in(*case_sets):
                         items.append(ItemSpec("correctness", op.name, kernel.name, dtype, case, config, plugin=plugin))
             items.extend(_compile_items(kernel, kernel_dtypes, configs, selection.full, op.name, plugin))
         if selection.bench:

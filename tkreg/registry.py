@@ -149,7 +149,12 @@ class Registry:
         base = (kernel.bench_configs or ({},)) if bench else kernel.configs
         if not kernel.takes_scheduler:
             return [dict(c) for c in base]
-        return [{**c, "scheduler": s.name} for c in base for s in self.schedulers()]
+        # A config that already names its scheduler keeps it; the others take every scheduler.
+        crossed = []
+        for c in base:
+            names = [c["scheduler"]] if "scheduler" in c else [s.name for s in self.schedulers()]
+            crossed.extend({**c, "scheduler": n} for n in names)
+        return crossed
 
     # -- where kernels run ------------------------------------------------------------------
     def explain(

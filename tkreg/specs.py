@@ -24,7 +24,9 @@ ParamValue = Union[int, str, bool, float]
 Config = Mapping[str, ParamValue]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
-CASE_SETS = ("default", "full", "bench")
+# default: every `pytest --tkreg`; gpu: default runs on a GPU only (too slow for the interpreter);
+# full: `--tkreg-full`; bench: benchmarks only.
+CASE_SETS = ("default", "gpu", "full", "bench")
 BOUNDS = ("memory", "compute")
 
 # What a kernel may say it relies on, and the capabilities that have it.
@@ -188,8 +190,8 @@ class Op:
         if self.peer is not None and not self.peer_name:
             object.__setattr__(self, "peer_name", refs.describe(self.peer).rpartition(":")[2])
 
-    def cases_in(self, case_set: str) -> tuple[Case, ...]:
-        return tuple(c for c in self.cases if case_set in c.sets)
+    def cases_in(self, *case_sets: str) -> tuple[Case, ...]:
+        return tuple(c for c in self.cases if any(s in c.sets for s in case_sets))
 
     def tolerance(self, dtype: str, case: Case) -> Tolerance:
         tol = self.tolerances[dtype]

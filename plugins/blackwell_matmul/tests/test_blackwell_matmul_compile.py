@@ -1,0 +1,73 @@
+"""matmul_blackwell_ws on a CPU machine: every buffer count x scheduler x dtype compiles for sm_100a
+with tcgen05 and TMA in its code and fits shared and tensor memory; the epilogue hands the
+accumulator back only after all its warps have read it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from tkreg_blackwell_matmul.launcher import SHARED_MEMORY_BYTES, TMEM_COLUMNS
+
+from tkreg.aot import compile_and_check
+from tkreg.loading import build_registry
+
+DTYPES = ("float16", "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def registry():
+    registry = build_registry(env={"TKREG_PLUGINS": "matmul,schedulers,blackwell_matmul"})
+    assert registry.problems == []
+    return registry
+
+
+@pytest.fixture(scope="module")
+def kernel(registry):
+    return registry.kernel("matmul_blackwell_ws")
+
+
+def test_configs_cover_buffers_and_schedulers(registry, kernel):
+    configs = registry.configs(kernel)
+    assert {(c["num_buffers"], c["scheduler"]) for c in configs} == {
+        (n, s) for n in (2, 3, 4) for s in ("persistent", "grouped-1", "grouped-8")
+    }
+    assert kernel.default_config["num_buffers"] == 4
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("buffers", (2, 3, 4))
+@pytest.mark.parametrize("scheduler", ("persistent", "grouped-1", "grouped-8"))
+def test_compiles_for_sm100a(registry, kernel, scheduler, buffers, dtype):
+    config = next(c for c in registry.configs(kernel) if c["num_buffers"] == buffers and c["scheduler"] == scheduler)
+    check, code = compile_and_check(kernel, kernel.targets[0], dtype, config)
+    assert check.ok, (check.missing_ptx, check.missing_sass)
+    if code.sass:
+        assert "LOCAL:0" in code.resources, code.resources
+        assert not re.search(r"\b(LDL|STL)\b", code.sass), "register spills to local memory"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fits_shared_and_tensor_memory(kernel, dtype):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from tkreg import capability as caps
+    from tkreg.refs import resolve
+
+    for config in kernel.configs:
+        spec = resolve(kernel.aot)(caps.arch("sm_100a"), dtype, {**config, "scheduler": "grouped-8"})
+        compiled = triton.compile(
+            GluonASTSource(spec.fn, spec.signature, spec.constexprs), target=GPUTarget("cuda", 100, 32), options=spec.options
+        )
+        assert compiled.metadata.shared <= SHARED_MEMORY_BYTES, (config, compiled.metadata.shared)
+        assert compiled.metadata.tmem_size <= TMEM_COLUMNS, (config, compiled.metadata.tmem_size)
+
+
+def test_accumulator_released_after_all_warps_read_it(kernel):
+    _, code = compile_and_check(kernel, kernel.targets[0], "float16", {**kernel.default_config, "scheduler": "persistent"})
+    lines = [line.strip() for line in code.ptx.splitlines()]
+    last_ld_wait = max(i for i, line in enumerate(lines) if line.startswith("tcgen05.wait::ld"))
+    arrive = next(i for i in range(last_ld_wait, len(lines)) if "mbarrier.arrive" in lines[i])
+    assert any(line.startswith("bar.sync") for line in lines[last_ld_wait:arrive]), lines[last_ld_wait : arrive + 1]

@@ -1,0 +1,113 @@
+"""Launcher and ahead-of-time description of ``matmul_blackwell_ws``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tkreg_matmul.gluon_common import (
+    descriptor_signatures,
+    matmul_descriptors,
+    persistent_grid,
+    validate_gluon_matmul,
+)
+from tkreg_matmul.output import output_for
+
+from tkreg import RequirementError
+from tkreg.aot import AotSpec
+from tkreg.capability import Arch
+from tkreg.schedulers import gluon_impl
+
+from .kernel import NUM_ACC_BUFFERS as KERNEL_ACC_BUFFERS
+from .kernel import matmul_blackwell_ws_kernel
+
+# The seed's parameters: tcgen05's largest single-CTA tile (M = 128) and a 256-column accumulator,
+# two of which fill TMEM_COLUMNS; 4 operand buffers fit shared memory once the epilogue is subtiled.
+DEFAULTS: dict[str, Any] = {
+    "BLOCK_M": 128,
+    "BLOCK_N": 256,
+    "BLOCK_K": 64,
+    "num_buffers": 4,
+    "SUBTILE_FACTOR": 4,
+    "num_warps": 4,
+    "scheduler": "grouped-8",
+}
+TCGEN05_BLOCK_M = (64, 128)  # M of a single-CTA tcgen05 MMA
+TMEM_COLUMNS = 512  # 32-bit columns of tensor memory per SM; holds both accumulators
+NUM_ACC_BUFFERS = KERNEL_ACC_BUFFERS.value
+TMA_MIN_BOX_BYTES = 16  # a TMA box's inner dimension spans at least 16 bytes
+SHARED_MEMORY_BYTES = 232448  # 227 KiB usable per block on sm_100 (CUDA programming guide, compute capability 10.0)
+OPERAND_BYTES = 2  # fp16 / bf16
+
+
+def config_reasons(c: dict[str, Any]) -> list[str]:
+    """Why a parameter set cannot compile or run (empty: it can)."""
+    reasons = []
+    if c["BLOCK_M"] not in TCGEN05_BLOCK_M:
+        reasons.append(f"BLOCK_M={c['BLOCK_M']}: a single-CTA tcgen05 MMA has M in {TCGEN05_BLOCK_M}")
+    if NUM_ACC_BUFFERS * c["BLOCK_N"] > TMEM_COLUMNS:
+        need = NUM_ACC_BUFFERS * c["BLOCK_N"]
+        reasons.append(f"BLOCK_N={c['BLOCK_N']}: {NUM_ACC_BUFFERS} fp32 accumulators need {need} > {TMEM_COLUMNS} TMEM columns")
+    if c["BLOCK_N"] % c["SUBTILE_FACTOR"] or (c["BLOCK_N"] // c["SUBTILE_FACTOR"]) * OPERAND_BYTES < TMA_MIN_BOX_BYTES:
+        reasons.append(f"SUBTILE_FACTOR={c['SUBTILE_FACTOR']} must split BLOCK_N={c['BLOCK_N']} into slices of >= 16 bytes")
+    if c["num_buffers"] < 1:
+        reasons.append(f"num_buffers={c['num_buffers']} must be >= 1")
+    ring = c["num_buffers"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * OPERAND_BYTES
+    epilogue = c["BLOCK_M"] * (c["BLOCK_N"] // max(c["SUBTILE_FACTOR"], 1)) * OPERAND_BYTES
+    if ring + epilogue > SHARED_MEMORY_BYTES:
+        reasons.append(
+            f"operand ring ({ring} B) and epilogue buffer ({epilogue} B) exceed {SHARED_MEMORY_BYTES} B of shared memory"
+        )
+    return reasons
+
+
+def _params(config: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(config) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"matmul_blackwell_ws: unknown parameters {unknown}; known: {sorted(DEFAULTS)}")
+    params = {**DEFAULTS, **config}
+    reasons = config_reasons(params)
+    if reasons:
+        raise ValueError("matmul_blackwell_ws: " + "; ".join(reasons))
+    return params
+
+
+def _check_device(device: Any) -> None:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    if major != 10:
+        raise RequirementError(
+            f"matmul_blackwell_ws needs sm_100a (capability 10.x) for tcgen05 and tensor memory; this device is {major}.{minor}"
+        )
+
+
+def matmul_blackwell_ws(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
+    """C = A @ B on data-centre Blackwell. ``config``: BLOCK_M/N/K, num_buffers, SUBTILE_FACTOR,
+    num_warps and ``scheduler`` (a registered name or a Scheduler spec); defaults in DEFAULTS."""
+    params = _params(config)
+    validate_gluon_matmul(a, b, out)
+    _check_device(a.device)
+    out = output_for(a, b, out)
+    bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
+    a_desc, b_desc, c_desc = matmul_descriptors(a, b, out, bm, bn, bk, c_block=(bm, bn // params["SUBTILE_FACTOR"]))
+    grid = persistent_grid(out.shape[0], out.shape[1], bm, bn, a.device)
+    matmul_blackwell_ws_kernel[grid](
+        a_desc, b_desc, c_desc, gluon_impl(params["scheduler"]), params["num_buffers"], params["SUBTILE_FACTOR"],
+        num_warps=params["num_warps"],
+    )  # fmt: skip
+    return out
+
+
+def matmul_blackwell_ws_aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
+    """The compile the launcher makes for ``config`` (descriptors of ``dtype``, the same constexprs)."""
+    params = _params(config)
+    bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
+    signature = descriptor_signatures(dtype, bm, bn, bk, c_block=(bm, bn // params["SUBTILE_FACTOR"]))
+    constexprs = {
+        "SchedulerImpl": gluon_impl(params["scheduler"]),
+        "num_buffers": params["num_buffers"],
+        "SUBTILE_FACTOR": params["SUBTILE_FACTOR"],
+        "num_warps": params["num_warps"],
+    }
+    signature |= {name: "constexpr" for name in constexprs}
+    return AotSpec(matmul_blackwell_ws_kernel, signature, constexprs, {"num_warps": params["num_warps"]})

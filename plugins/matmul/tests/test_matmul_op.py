@@ -1,0 +1,105 @@
+"""The matmul op's contract: registration, inputs per variant, cost, and a tolerance that passes
+honest fp32 accumulation but fails the bugs it must catch."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from tkreg_matmul import op
+
+from tkreg.checking import compare
+from tkreg.harness import make_inputs
+from tkreg.inputs import tma_reasons
+from tkreg.loading import build_registry
+from tkreg.specs import case
+
+
+@pytest.fixture(scope="module")
+def matmul_op():
+    registry = build_registry(env={"TKREG_PLUGINS": "matmul"})
+    assert registry.problems == []
+    return registry.op("matmul")
+
+
+def test_plugin_imports_neither_torch_nor_triton():
+    code = "import sys, tkreg_matmul.plugin; assert 'torch' not in sys.modules and 'triton' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cases_cover_required_shapes(matmul_op):
+    default = {c.id for c in matmul_op.cases_in("default")}
+    assert {"208x416x304", "129x136x72", "300x520x1000", "1x8x8", "33x33x33"} <= default
+    assert "2000x1000x2000" in {c.id for c in matmul_op.cases_in("gpu")}
+    bench = matmul_op.cases_in("bench")
+    assert [c["K"] for c in bench] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert all(c["M"] == c["N"] == 8192 for c in bench)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("variant", ["", "strided", "transposed"])
+def test_make_inputs_layouts(matmul_op, dtype, variant):
+    a, b = make_inputs(matmul_op, case(M=33, N=24, K=40, variant=variant), dtype, seed=1, device="cpu")
+    assert a.shape == (33, 40) and b.shape == (40, 24)
+    assert a.dtype == b.dtype == getattr(torch, dtype)
+    assert bool((a != 0).any()) and bool((b != 0).any())
+    legal = not tma_reasons(a, "a") and not tma_reasons(b, "b")
+    if variant == "":
+        assert a.is_contiguous() and b.is_contiguous()
+    elif variant == "strided":
+        assert a.stride(0) > a.shape[1] and b.stride(0) > b.shape[1]
+        assert legal
+    else:
+        assert a.stride() == (1, 33) and b.stride() == (1, 40)
+        assert not legal
+
+
+def test_make_inputs_fresh_per_seed(matmul_op):
+    c = case(M=16, N=16, K=16)
+    a1, _ = make_inputs(matmul_op, c, "float16", seed=1, device="cpu")
+    a2, _ = make_inputs(matmul_op, c, "float16", seed=2, device="cpu")
+    a3, _ = make_inputs(matmul_op, c, "float16", seed=1, device="cpu")
+    assert not torch.equal(a1, a2) and torch.equal(a1, a3)
+
+
+def test_cost():
+    cost = op.cost({"M": 8192, "N": 8192, "K": 512}, 2)
+    assert cost.flops == 2 * 8192 * 8192 * 512
+    assert cost.bytes == (8192 * 512 * 2 + 8192 * 8192) * 2
+
+
+def test_tolerance_table_from_the_argument(matmul_op):
+    for dtype, u in (("float16", 2.0**-11), ("bfloat16", 2.0**-8)):
+        tol = matmul_op.tolerance(dtype, case(M=4, N=4, K=2000))
+        assert tol.rtol == 2 * u
+        assert tol.atol == pytest.approx(8 * 2.0**-24 * (2 / math.pi) * 2000**1.5)
+
+
+def _fp32_result(a, b, k_keep=None):
+    """What a correct kernel returns: products summed in fp32 (sequentially, the worst order for
+    rounding error), rounded to the input dtype. k_keep drops the K tail, like a buggy kernel."""
+    k = a.shape[1] if k_keep is None else k_keep
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32)
+    af, bf = a.float(), b.float()
+    for i in range(k):
+        acc += af[:, i : i + 1] * bf[i : i + 1, :]
+    return acc.to(a.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tolerance_passes_fp32_accumulation_and_fails_bugs(matmul_op, dtype):
+    c = case(M=64, N=48, K=1000)
+    a, b = make_inputs(matmul_op, c, dtype, seed=3, device="cpu")
+    ref = op.reference(a.double(), b.double()).to(a.dtype).double()
+    tol = matmul_op.tolerance(dtype, c)
+    assert compare(_fp32_result(a, b), ref, tol).ok
+    # A K tail of 8 dropped (e.g. a missing mask on the last BLOCK_K step) must fail widely.
+    dropped = compare(_fp32_result(a, b, k_keep=992), ref, tol)
+    assert dropped.mismatched > 0.9 * dropped.total
+    # One wrong tile (stale data in a 16 x 16 block) must fail.
+    wrong = _fp32_result(a, b)
+    wrong[16:32, 16:32] = wrong[0:16, 0:16]
+    assert compare(wrong, ref, tol).mismatched > 200

@@ -1,0 +1,49 @@
+"""Input checks for matmul launchers, before any launch. Duck-typed (nothing here imports torch or
+triton), so ``gluon_matmul_inputs_reasons`` can serve as a ``Requirements.inputs`` checker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tkreg.inputs import check_output, device_reasons, fail_if, tensor_reasons, tma_reasons
+
+from .op import DTYPES
+
+
+def operand_reasons(a: Any, b: Any) -> list[str]:
+    """A and B are 2-D fp16/bf16 tensors of one dtype whose inner dimensions agree."""
+    reasons = tensor_reasons(a, "a", rank=2, dtypes_allowed=DTYPES) + tensor_reasons(b, "b", rank=2, dtypes_allowed=DTYPES)
+    if reasons:
+        return reasons
+    if a.dtype != b.dtype:
+        reasons.append(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    if a.shape[1] != b.shape[0]:
+        reasons.append(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} (need a (M, K), b (K, N))")
+    return reasons
+
+
+def gluon_matmul_inputs_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
+    """Requirements.inputs for TMA matmuls: operand checks, then TMA's layout rules for A and B
+    (last stride 1, 16-byte aligned base and row stride: K and N multiples of 8 for 2-byte types).
+    Extra inputs (e.g. an output) are checked for TMA too."""
+    reasons = operand_reasons(a, b)
+    if reasons:
+        return reasons
+    reasons = tma_reasons(a, "a") + tma_reasons(b, "b")
+    for i, t in enumerate(rest):
+        reasons += tma_reasons(t, f"input {i + 2}")
+    return reasons
+
+
+def validate_gluon_matmul(a: Any, b: Any, out: Any = None) -> None:
+    """Raise InputError unless the Gluon (TMA) matmuls can take a, b and out: 2-D, one dtype
+    (fp16/bf16), K agreement, CUDA tensors, TMA alignment; a given out must be (M, N) of the dtype
+    on the same device and TMA-legal."""
+    fail_if(operand_reasons(a, b))
+    named = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
+    fail_if(device_reasons(named, interpretable=False))
+    reasons = tma_reasons(a, "a") + tma_reasons(b, "b")
+    if out is not None:
+        check_output(out, (a.shape[0], b.shape[1]), a.dtype, a.device)
+        reasons += tma_reasons(out, "out")
+    fail_if(reasons)

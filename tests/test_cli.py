@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,25 +20,14 @@ def tkreg_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with the toy and the broken plugin distributions pip-installed into it."""
-    target = tmp_path_factory.mktemp("site")
+    """A directory with the toy and the broken plugin distributions pip-installed into it (built
+    from private copies: pip writes build/ beside the sources, and test workers run in parallel)."""
+    root = tmp_path_factory.mktemp("dists")
+    target = root / "site"
     for dist in ("toy_dist", "broken_dist"):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "--no-build-isolation",
-                "--target",
-                str(target),
-                str(FIXTURES / dist),
-            ],
-            check=True,
-            timeout=300,
-        )
+        source = shutil.copytree(FIXTURES / dist, root / dist)
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+        subprocess.run([*pip, "--target", str(target), str(source)], check=True, timeout=300)
     return target
 
 

@@ -25,6 +25,7 @@ class Selection:
     plugins: tuple[str, ...] = ()
     full: bool = False
     bench: bool = False
+    gpu: bool = True  # whether "gpu" cases are generated (they are too slow for the interpreter)
 
     def wants(self, registry: Registry, kernel: Kernel) -> bool:
         if self.ops and kernel.op not in self.ops:
@@ -70,18 +71,18 @@ class ItemSpec:
 
 def generate(registry: Registry, selection: Selection) -> list[ItemSpec]:
     items: list[ItemSpec] = []
-    case_sets = ("default", "gpu", "full") if selection.full else ("default", "gpu")
+    case_sets = ("default", "gpu", "full") if selection.full else ("default", "gpu") if selection.gpu else ("default",)
     for op in registry.ops():
         kernels = [k for k in registry.kernels(op.name) if selection.wants(registry, k)]
         for kernel in kernels:
             plugin = registry.owner(kernel).name
             kernel_dtypes = registry.kernel_dtypes(kernel)
-            configs = registry.configs(kernel)
-            for config in configs:
+            for config in registry.configs(kernel):
                 for dtype in kernel_dtypes:
                     for case in op.cases_in(*case_sets):
                         items.append(ItemSpec("correctness", op.name, kernel.name, dtype, case, config, plugin=plugin))
-            items.extend(_compile_items(kernel, kernel_dtypes, configs, selection.full, op.name, plugin))
+            compile_configs = registry.configs(kernel, "compile")
+            items.extend(_compile_items(kernel, kernel_dtypes, compile_configs, selection.full, op.name, plugin))
         if selection.bench:
             items.extend(_bench_items(registry, op.name, kernels))
     return items
@@ -111,7 +112,7 @@ def _bench_items(registry: Registry, op_name: str, kernels: list[Kernel]) -> lis
             for kernel in kernels:
                 if dtype not in registry.kernel_dtypes(kernel):
                     continue
-                for config in registry.configs(kernel, bench=True):
+                for config in registry.configs(kernel, "bench"):
                     plugin = registry.owner(kernel).name
                     items.append(ItemSpec("bench", op.name, kernel.name, dtype, case, config, plugin=plugin))
     return items

@@ -13,7 +13,8 @@ from typing import Any
 
 from . import dtypes, refs
 from .checking import Comparison, compare
-from .registry import Registry
+from .errors import InputError
+from .registry import Registry, input_constraint_reasons
 from .specs import Case, Kernel, Op
 
 DEFAULT_DEADLINE_S = 60.0
@@ -132,6 +133,33 @@ def run_check(
     comparison = compare(out, ref, op.tolerance(dtype, case), unwritten=unwritten_mask(out))
     context = f"{kernel.name} on {op.name} {case.id} {dtype} config={config} seed={seed} device={device}"
     return CheckResult(comparison, seed, context)
+
+
+def input_rejections(
+    registry: Registry, kernel: Kernel, case: Case, dtype: str, config: dict[str, Any], seed: int, device: str
+) -> list[str]:
+    """The reasons the kernel's declared input constraints give for this case's inputs."""
+    if kernel.requires.inputs is None:
+        return []
+    inputs = make_inputs(registry.op(kernel.op), case, dtype, seed, device)
+    return input_constraint_reasons(kernel, inputs, config)
+
+
+def expect_rejection(
+    registry: Registry, kernel: Kernel, case: Case, dtype: str, config: dict[str, Any], seed: int, device: str, reasons: list[str]
+) -> None:
+    """A kernel whose constraints reject the inputs must raise InputError before launching."""
+    op = registry.op(kernel.op)
+    inputs = make_inputs(op, case, dtype, seed, device)
+    out = poisoned_output(op, inputs)
+    try:
+        kernel.load()(*inputs, out=out, **resolve_config(registry, config))
+    except InputError:
+        return
+    raise AssertionError(
+        f"{kernel.name} declares it cannot take these inputs ({'; '.join(reasons)}) but its launcher did not raise "
+        f"tkreg.InputError (case {case.id}, {dtype}, seed={seed})"
+    )
 
 
 def resolve_config(registry: Registry, config: dict[str, Any]) -> dict[str, Any]:

@@ -43,8 +43,7 @@ class OpGroup(pytest.Collector):
 
 
 session_key = pytest.StashKey[Any]()
-kinds_key = pytest.StashKey[dict[str, str]]()
-outcomes_key = pytest.StashKey[Counter]()
+counter_key = pytest.StashKey["OutcomeCounter"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -117,8 +116,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     if config.getoption("tkreg"):
-        config.stash[kinds_key] = {}
-        config.stash[outcomes_key] = Counter()
+        counter = OutcomeCounter()
+        config.stash[counter_key] = counter
+        config.pluginmanager.register(counter, "tkreg-outcomes")
 
 
 def _names(values: list[str]) -> tuple[str, ...]:
@@ -142,6 +142,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     from .generation import Selection, generate
     from .loading import build_registry
+    from .platform import current
     from .runners import Session
     from .timing import DeviceClock
 
@@ -154,6 +155,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         deadline_s=config.getoption("tkreg_timeout"),
         plugin_files=plugin_files,
         save_asm=config.getoption("tkreg_save_asm"),
+        full=config.getoption("tkreg_full"),
     )
     config.stash[session_key] = state
     selection = Selection(
@@ -162,9 +164,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         plugins=_names(config.getoption("tkreg_plugin")),
         full=config.getoption("tkreg_full"),
         bench=config.getoption("tkreg_bench"),
+        gpu=current().is_gpu,
     )
     timeout = pytest.mark.timeout(config.getoption("tkreg_timeout"))
-    kinds = config.stash[kinds_key]
     groups: dict[str, OpGroup] = {}
 
     def group(name: str) -> OpGroup:
@@ -177,7 +179,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             group("tkreg/plugins"), name=f"{problem.plugin.name}[{problem.stage}]", callobj=_reporter(problem.describe())
         )
         item.add_marker(pytest.mark.tkreg)
-        kinds[item.nodeid] = "plugin"
         items.append(item)
     for spec in generate(registry, selection):
         kind = "bench" if spec.kind == "peer" else spec.kind
@@ -188,7 +189,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if clock is not None:
             # pytest-benchmark reads its timer from this marker: device time, not host time.
             item.add_marker(pytest.mark.benchmark(timer=clock, group=f"{spec.op} {spec.case.id if spec.case else ''}"))
-        kinds[item.nodeid] = kind
         items.append(item)
     for op_group in groups.values():
         # Report each group as collected, so pytest's counts ("collected N items") include them.
@@ -226,24 +226,28 @@ def _item_callable(state: Any, spec: Any, clock: Any) -> Callable[..., None]:
     return tkreg_bench
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    kinds = item.config.stash.get(kinds_key, None)
-    if kinds is not None and item.nodeid in kinds:
-        if (report.when == "call") or (report.when == "setup" and report.outcome != "passed"):
-            item.config.stash[outcomes_key][(kinds[item.nodeid], report.outcome)] += 1
-    return report
+class OutcomeCounter:
+    """Counts outcomes per item kind from the reports' keywords, so the summary also works in the
+    pytest-xdist controller, which sees reports but never the items."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if "tkreg" not in report.keywords or not (report.when == "call" or report.outcome != "passed"):
+            return
+        kind = next((k for k in ("correctness", "compile", "bench") if f"tkreg_{k}" in report.keywords), "plugin")
+        self.counts[kind, report.outcome] += 1
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    state = config.stash.get(session_key, None)
-    if state is None:
+    if not config.getoption("tkreg"):
         return
+    from .platform import current
     from .runners import bench_table
 
-    counts = config.stash[outcomes_key]
-    where = _where(state)
+    counts = config.stash[counter_key].counts
+    where = current().describe()
     parts = []
     for kind, place in (
         ("correctness", where),
@@ -257,7 +261,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             parts.append(f"{kind} ({place}): {tally}")
     terminalreporter.write_sep("-", "tkreg summary")
     terminalreporter.write_line("; ".join(parts) if parts else "tkreg: no items ran")
-    table = bench_table(state.results)
+    state = config.stash.get(session_key, None)
+    table = bench_table(state.results) if state is not None else ""
     if table:
         terminalreporter.write_line(f"benchmarks on {state.ceilings().device} (device time, median):")
         terminalreporter.write_line(table)
@@ -265,10 +270,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if path:
             with open(path, "w") as f:
                 f.write(table + "\n")
-
-
-def _where(state: Any) -> str:
-    return state.platform.describe()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -6,6 +6,7 @@ duck-typed (dtype, device, data_ptr, stride) and calls the kernels' own input ch
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,10 +144,16 @@ class Registry:
     def kernel_dtypes(self, kernel: Kernel) -> tuple[str, ...]:
         return kernel.requires.dtypes or self.op(kernel.op).dtypes
 
-    def configs(self, kernel: Kernel, bench: bool = False) -> list[dict[str, Any]]:
-        """The kernel's parameter combinations, crossed with the schedulers if it takes one."""
-        # Benchmarks time what a user gets: the launcher's own choice, unless the kernel says.
-        base = (kernel.bench_configs or ({},)) if bench else kernel.configs
+    def configs(self, kernel: Kernel, purpose: str = "test") -> list[dict[str, Any]]:
+        """The kernel's parameter combinations for "test", "bench" or "compile", crossed with the
+        schedulers if it takes one."""
+        if purpose == "bench":
+            # Benchmarks time what a user gets: the launcher's own choice, unless the kernel says.
+            base = kernel.bench_configs or ({},)
+        elif purpose == "compile":
+            base = kernel.compile_configs or kernel.configs
+        else:
+            base = kernel.configs
         if not kernel.takes_scheduler:
             return [dict(c) for c in base]
         # A config that already names its scheduler keeps it; the others take every scheduler.
@@ -209,9 +216,20 @@ class Registry:
             device = getattr(getattr(t, "device", None), "type", None)
             if here and device is not None and device != want_device:
                 reasons.append(f"input {i} is on {device}; this platform ({platform.describe()}) needs {want_device} tensors")
-        if not reasons and kernel.requires.inputs is not None:
-            reasons.extend(refs.resolve(kernel.requires.inputs)(*inputs))
+        if not reasons:
+            reasons.extend(input_constraint_reasons(kernel, inputs, None))
         return reasons
+
+
+def input_constraint_reasons(kernel: Kernel, inputs: Sequence[Any], config: dict[str, Any] | None) -> list[str]:
+    """What the kernel's declared input constraints say about ``inputs`` (with ``config``, for
+    checks that take one)."""
+    if kernel.requires.inputs is None:
+        return []
+    check = refs.resolve(kernel.requires.inputs)
+    if "config" in inspect.signature(check).parameters:
+        return list(check(*inputs, config=config))
+    return list(check(*inputs))
 
 
 def _platform(capability: str | caps.Capability | Platform | None) -> Platform:

@@ -211,7 +211,9 @@ class Requirements:
     range; otherwise ``min_capability``/``max_capability`` (inclusive) bound it. ``triton`` is a
     version specifier (">=3.6,<3.7"). ``features`` says what the kernel relies on (see FEATURES).
     ``dtypes`` restricts the op's dtypes. ``inputs(*tensors) -> list[str]`` gives the reasons a
-    kernel cannot take concrete inputs (empty list: it can), e.g. TMA's 16-byte alignment.
+    kernel cannot take concrete inputs (empty list: it can), e.g. TMA's 16-byte alignment; if it
+    has a ``config`` parameter it also receives the parameters the launcher will be called with
+    (None: the launcher's own choice).
     """
 
     min_capability: caps.Capability | None = None
@@ -272,13 +274,15 @@ class Requirements:
             parts.append(f"{self.arch} ({caps.fmt(lo)}..{caps.fmt(hi)})")
         elif (lo, hi) != ((0, 0), (99, 99)):
             parts.append(f"capability {caps.fmt(lo)}" + ("+" if hi == (99, 99) else f"..{caps.fmt(hi)}"))
+        else:
+            parts.append("any CUDA GPU")
         if self.triton:
             parts.append(f"triton{self.triton}")
         if self.features:
             parts.append("+".join(self.features))
         if self.inputs is not None:
             parts.append("input constraints")
-        return ", ".join(parts) or "any CUDA GPU"
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,8 @@ class Kernel:
     launcher(*inputs, out=None, **config) -> out runs it (validating inputs first).
     configs are the parameter combinations tests cover (the first is the default); benchmarks time
     ``bench_configs``, by default ``({},)``: the launcher's own choice, what a user gets.
+    ``compile_configs`` (default: ``configs``) are the ones compile items build and check, where
+    test-only configs (tiny blocks) are not built for the instructions the targets require.
     With ``takes_scheduler`` every config is crossed with every
     registered scheduler (config key "scheduler").
     aot(arch, dtype, config) -> tkreg.aot.AotSpec describes one ahead-of-time compile for targets.
@@ -323,6 +329,7 @@ class Kernel:
     aot: Ref | None = None
     configs: tuple[Config, ...] = ({},)
     bench_configs: tuple[Config, ...] | None = None
+    compile_configs: tuple[Config, ...] | None = None
     takes_scheduler: bool = False
     priority: int = 0
     score: Ref | None = None
@@ -348,9 +355,9 @@ class Kernel:
         object.__setattr__(self, "targets", tuple(self.targets))
         if self.targets and self.aot is None:
             raise SpecError(kind, self.name, "aot", "kernels with compile targets must say how to compile them (aot=...)")
-        for f in ("configs", "bench_configs"):
+        for f in ("configs", "bench_configs", "compile_configs"):
             value = getattr(self, f)
-            if value is None and f == "bench_configs":
+            if value is None and f != "configs":
                 continue
             if not isinstance(value, (tuple, list)) or not value:
                 raise SpecError(kind, self.name, f, "must be a non-empty tuple of parameter mappings")

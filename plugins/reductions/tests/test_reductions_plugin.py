@@ -1,0 +1,139 @@
+"""The reductions plugin on the CPU: input checks, the tiled kernel's shape heuristic, ranking."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from tkreg_reductions import checks, ranking, tiled
+
+import tkreg
+from tkreg.loading import build_registry
+
+LAUNCHERS = ("sum_row", "sum_row_blocked", "sum_row_blocked_iterative", "sum_row_tiled")
+
+
+@pytest.fixture(scope="module")
+def registry() -> tkreg.Registry:
+    return build_registry(env={"TKREG_PLUGINS": "reductions"})
+
+
+def test_plugin_module_imports_neither_torch_nor_triton() -> None:
+    code = "import sys, tkreg_reductions.plugin; print('torch' in sys.modules, 'triton' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == [
+        "False",
+        "False",
+    ]
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+@pytest.mark.parametrize(
+    ("x", "message"),
+    [
+        (torch.ones(4), "x must be 2-D, got shape (4,)"),
+        (torch.ones(2, 3, 4), "x must be 2-D"),
+        (torch.ones(3, 4, dtype=torch.float64), "x has dtype float64; supported: float32, float16, bfloat16"),
+        (torch.ones(3, 4, dtype=torch.int32), "x has dtype int32"),
+        (torch.ones(0, 4), "x is empty"),
+        ([[1.0, 2.0]], "x must be a torch.Tensor, got list"),
+    ],
+)
+def test_bad_inputs_are_refused_before_launch(registry: tkreg.Registry, name: str, x: object, message: str) -> None:
+    launcher = registry.kernel(name).load()
+    with pytest.raises(tkreg.InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        launcher(x)
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_cpu_tensors_need_the_interpreter(registry: tkreg.Registry, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(
+        tkreg.InputError, match=r"x is on cpu; this kernel needs CUDA tensors \(or CPU tensors with TRITON_INTERPRET=1\)"
+    ):
+        registry.kernel(name).load()(torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_a_wrong_out_is_refused(registry: tkreg.Registry, name: str) -> None:
+    launcher = registry.kernel(name).load()
+    with pytest.raises(tkreg.InputError, match=r"out has shape \(4,\); expected \(3,\)"):
+        launcher(torch.ones(3, 5), out=torch.empty(4))
+    with pytest.raises(tkreg.InputError, match="out has dtype float16; expected float32"):
+        launcher(torch.ones(3, 5), out=torch.empty(3, dtype=torch.float16))
+
+
+def test_whole_row_kernels_refuse_rows_they_cannot_hold(registry: tkreg.Registry) -> None:
+    long_rows = torch.ones(2, checks.MAX_BLOCK_ELEMENTS + 1)
+    with pytest.raises(tkreg.InputError, match="use sum_row_tiled or sum_row_blocked_iterative"):
+        registry.kernel("sum_row").load()(long_rows)
+    verdicts = {v.kernel.name: v for v in registry.explain("sum_row", (9, 0), inputs=(long_rows,))}
+    assert not verdicts["sum_row"].runs and not verdicts["sum_row_blocked"].runs
+    assert verdicts["sum_row_tiled"].runs and verdicts["sum_row_blocked_iterative"].runs
+    # sum_row_blocked's limit depends on how many rows it takes per program
+    assert checks.sum_row_blocked_inputs_reasons(torch.ones(2, 4096), config={"BLOCK_M": 4}) == []
+    assert checks.sum_row_blocked_inputs_reasons(torch.ones(2, 4097), config={"BLOCK_M": 4})
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "itemsize"),
+    [(16384, 16384, 4), (65536, 1024, 4), (4096, 131072, 2), (1048576, 32, 4), (32, 1048576, 4), (1, 1, 2), (3, 300007, 4)],
+)
+def test_tiled_config_is_valid_for_every_shape(m: int, n: int, itemsize: int) -> None:
+    config = tiled.choose_config(m, n, itemsize, num_sms=132)
+    for block in (config.BLOCK_M, config.BLOCK_N):
+        assert block >= 1 and block & (block - 1) == 0
+    assert config.BLOCK_N * itemsize <= tiled.MAX_ROW_BYTES
+    assert config.BLOCK_M * config.BLOCK_N * itemsize <= max(tiled.TILE_BYTES, config.BLOCK_N * itemsize)
+    assert 1 <= config.SPLIT <= tiled.MAX_SPLIT
+    programs = -(-m // config.BLOCK_M) * config.SPLIT
+    if m * n * itemsize >= 64 * 2**20:  # a large input must give every SM several programs
+        assert programs >= tiled.PROGRAMS_PER_SM * 132
+
+
+def test_few_long_rows_are_split_and_many_rows_are_not() -> None:
+    assert tiled.choose_config(32, 1048576, 4, 132).SPLIT > 1
+    assert tiled.choose_config(65536, 1024, 4, 132).SPLIT == 1
+    assert tiled.choose_config(1, 4097, 4, 132).SPLIT == 1  # too little work to be worth a second launch
+
+
+def test_split_sums_are_deterministic(registry: tkreg.Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "TRITON_INTERPRET" not in __import__("os").environ:
+        pytest.skip("needs the Triton interpreter active for the whole process (run with pytest --tkreg on a CPU machine)")
+    x = torch.randn(3, 5003, generator=torch.Generator().manual_seed(3))
+    launcher = registry.kernel("sum_row_tiled").load()
+    first = launcher(x, BLOCK_M=2, BLOCK_N=64, SPLIT=7)
+    again = launcher(x, BLOCK_M=2, BLOCK_N=64, SPLIT=7)
+    assert torch.equal(first, again)
+    torch.testing.assert_close(first.double(), x.double().sum(-1), atol=8 * 2**-24 * 5003, rtol=2 * 2**-24)
+
+
+def test_ranking_reads_the_measured_table() -> None:
+    table = {
+        "device": "NVIDIA H100 80GB HBM3",
+        "date": "2026-11-22",
+        "gbps": {"1048576x32": {"float32": {"sum_row_tiled": 2900.0, "sum_row": 800.0}, "bfloat16": {"sum_row_tiled": 2800.0}}},
+    }
+    narrow = torch.ones(10000, 32)
+    value, why = ranking.score("sum_row_tiled", narrow, table)
+    assert value == 2900.0 and "1048576x32 (narrow rows; NVIDIA H100 80GB HBM3, 2026-11-22)" in why
+    assert ranking.score("sum_row", narrow, table)[0] == 800.0
+    assert ranking.score("sum_row_tiled", narrow.half(), table)[0] == 2800.0  # fp16 reads like bf16
+    value, why = ranking.score("sum_row_blocked", narrow, table)
+    assert value == 0.0 and why.startswith("no measurement")
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "cls"),
+    [
+        (1048576, 32, "narrow rows"),
+        (65536, 1024, "medium rows"),
+        (16384, 16384, "square"),
+        (4096, 131072, "long rows"),
+        (32, 1048576, "few long rows"),
+    ],
+)
+def test_bench_shapes_are_their_own_class(m: int, n: int, cls: str) -> None:
+    assert ranking.shape_class(m, n) == cls
+    assert ranking.CLASSES[cls] == f"{m}x{n}"

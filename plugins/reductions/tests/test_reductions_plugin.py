@@ -56,7 +56,8 @@ def test_cpu_tensors_need_the_interpreter(registry: tkreg.Registry, name: str, m
 
 
 @pytest.mark.parametrize("name", LAUNCHERS)
-def test_a_wrong_out_is_refused(registry: tkreg.Registry, name: str) -> None:
+def test_a_wrong_out_is_refused(registry: tkreg.Registry, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU tensors pass the device check; nothing launches
     launcher = registry.kernel(name).load()
     with pytest.raises(tkreg.InputError, match=r"out has shape \(4,\); expected \(3,\)"):
         launcher(torch.ones(3, 5), out=torch.empty(4))
@@ -64,7 +65,8 @@ def test_a_wrong_out_is_refused(registry: tkreg.Registry, name: str) -> None:
         launcher(torch.ones(3, 5), out=torch.empty(3, dtype=torch.float16))
 
 
-def test_whole_row_kernels_refuse_rows_they_cannot_hold(registry: tkreg.Registry) -> None:
+def test_whole_row_kernels_refuse_rows_they_cannot_hold(registry: tkreg.Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU tensors pass the device check; nothing launches
     long_rows = torch.ones(2, checks.MAX_BLOCK_ELEMENTS + 1)
     with pytest.raises(tkreg.InputError, match="use sum_row_tiled or sum_row_blocked_iterative"):
         registry.kernel("sum_row").load()(long_rows)

@@ -249,9 +249,7 @@ def unmet_requirements(kernel: Kernel, platform: Platform) -> list[str]:
     lo, hi = req.capability_range()
     if platform.kind == "interpreter":
         if not kernel.interpretable:
-            reasons.append(
-                f"cannot run under the Triton interpreter; needs a CUDA GPU ({req.describe()}); this machine has no GPU"
-            )
+            reasons.append("needs a CUDA GPU (it cannot run under the Triton interpreter); this machine has none")
     else:
         cap = platform.capability
         assert cap is not None  # Platform.cuda always sets it

@@ -271,7 +271,7 @@ class Requirements:
         parts = []
         lo, hi = self.capability_range()
         if self.arch:
-            parts.append(f"{self.arch} ({caps.fmt(lo)}..{caps.fmt(hi)})")
+            parts.append(f"{self.arch} ({caps.fmt(lo)}" + (")" if lo == hi else f"..{caps.fmt(hi)})"))
         elif (lo, hi) != ((0, 0), (99, 99)):
             parts.append(f"capability {caps.fmt(lo)}" + ("+" if hi == (99, 99) else f"..{caps.fmt(hi)}"))
         else:

@@ -10,6 +10,7 @@ killed and the next request starts a fresh one.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
@@ -20,7 +21,7 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
-from .aot import TargetCheck
+from .aot import CompiledCode, TargetCheck, compile_and_check
 
 
 class CompileFailed(RuntimeError):
@@ -39,21 +40,22 @@ def _module_from_path(name: str, path: str) -> Any:
 def compile_request(registry: Any, request: dict[str, Any], save_dir: str | None) -> dict[str, Any]:
     """Compile one kernel/target/dtype/config and check its code. Runs in whichever process
     may compile (this one when no interpreter is active, else the worker)."""
-    from .aot import compile_and_check
-
     kernel = registry.kernel(request["kernel"])
     target = next(t for t in kernel.targets if t.arch == request["arch"])
     config = dict(request["config"])
     if isinstance(config.get("scheduler"), str):
         config["scheduler"] = registry.scheduler(config["scheduler"])
     check, code = compile_and_check(kernel, target, request["dtype"], config)
+    response: dict[str, Any] = {"ok": True, "check": asdict(check)}
+    if request.get("want_code"):
+        response["code"] = {"name": code.name, "ptx": code.ptx, "sass": code.sass, "resources": code.resources}
     if save_dir:
         os.makedirs(save_dir, exist_ok=True)
         stem = os.path.join(save_dir, request["item"].replace("/", "_"))
         for ext, text in (("ptx", code.ptx), ("sass", code.sass)):
             with open(f"{stem}.{ext}", "w") as f:
                 f.write(text)
-    return {"ok": True, "check": asdict(check)}
+    return response
 
 
 def serve() -> None:
@@ -90,6 +92,9 @@ class WorkerClient:
         )
 
     def compile(self, request: dict[str, Any], timeout_s: float) -> TargetCheck:
+        return TargetCheck(**self.request(request, timeout_s)["check"])
+
+    def request(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
@@ -108,7 +113,7 @@ class WorkerClient:
         response = json.loads(answer[0])
         if not response["ok"]:
             raise CompileFailed(response["error"])
-        return TargetCheck(**response["check"])
+        return response
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -119,6 +124,33 @@ class WorkerClient:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
         self._proc = None
+
+
+_shared_worker: list[WorkerClient] = []
+
+
+def compile_installed(kernel: str, arch: str, dtype: str, config: dict[str, Any], timeout_s: float = 600) -> CompiledCode:
+    """Compile one kernel of the installed plugins for ``arch`` and return its code: in this
+    process, or in a worker when this process runs the interpreter. For plugin tests, which
+    must pass both in plain pytest and under ``pytest --tkreg`` on a CPU machine."""
+    from .inputs import interpreter_active
+
+    request = {"item": f"{kernel}-{arch}-{dtype}", "kernel": kernel, "arch": arch, "dtype": dtype, "config": config}
+    if interpreter_active():
+        if not _shared_worker:
+            _shared_worker.append(WorkerClient([], None))
+            atexit.register(_shared_worker[0].close)
+        code = _shared_worker[0].request({**request, "want_code": True}, timeout_s)["code"]
+        return CompiledCode(**code)
+    from . import default_registry
+
+    registry = default_registry()
+    k = registry.kernel(kernel)
+    target = next(t for t in k.targets if t.arch == arch)
+    config = dict(config)
+    if isinstance(config.get("scheduler"), str):
+        config["scheduler"] = registry.scheduler(config["scheduler"])
+    return compile_and_check(k, target, dtype, config)[1]
 
 
 if __name__ == "__main__":

@@ -45,8 +45,9 @@ def test_gluon_inputs_reasons_tma_rules():
     assert gluon_matmul_inputs_reasons(t(16, 16), t(16, 16), t(16, 16)[:, 1:]) != []
 
 
-def test_portable_launcher_checks_before_launch():
+def test_portable_launcher_checks_before_launch(monkeypatch):
     # CPU tensors without TRITON_INTERPRET: refused with the reason, nothing launched.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(InputError, match="TRITON_INTERPRET=1"):
         matmul_triton(t(8, 8), t(8, 8))
     with pytest.raises(InputError, match="inner dimensions differ"):

@@ -10,7 +10,8 @@ import sys
 import pytest
 from tkreg_matmul.configs import INTERPRETER, LARGE, MEDIUM, SMALL, pick_config
 
-from tkreg.aot import compile_and_check
+from tkreg.aot import check_code
+from tkreg.aot_worker import compile_installed
 from tkreg.loading import build_registry
 
 # The interpreter must be switched on before the kernel module is imported, so the run happens in a
@@ -55,7 +56,8 @@ def test_interpreter_default_cases_small_tiles(kernel):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_compiles_for_targets(kernel, arch, dtype):
     target = next(t for t in kernel.targets if t.arch == arch)
-    check, code = compile_and_check(kernel, target, dtype, dict(kernel.configs[0]))
+    code = compile_installed(kernel.name, arch, dtype, dict(kernel.configs[0]))
+    check = check_code(code, target)
     assert check.ok, (check.missing_ptx, check.missing_sass)
     if code.sass:
         assert "LOCAL:0" in code.resources, code.resources

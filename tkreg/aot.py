@@ -43,6 +43,7 @@ class CompiledCode:
     sass: str
     resources: str
     cubin: bytes = b""
+    shared: int = 0  # bytes of shared memory the kernel needs (triton's metadata)
 
 
 @dataclass
@@ -77,7 +78,7 @@ def compile_spec(spec: AotSpec, arch: str) -> CompiledCode:
     compiled = triton.compile(src, target=target, options=dict(spec.options))
     cubin = compiled.asm["cubin"]
     sass, resources = disassemble(cubin)
-    return CompiledCode(spec.fn.__name__, compiled.asm["ptx"], sass, resources, cubin)
+    return CompiledCode(spec.fn.__name__, compiled.asm["ptx"], sass, resources, cubin, int(compiled.metadata.shared))
 
 
 def _is_gluon(fn: Any) -> bool:

@@ -48,7 +48,13 @@ def compile_request(registry: Any, request: dict[str, Any], save_dir: str | None
     check, code = compile_and_check(kernel, target, request["dtype"], config)
     response: dict[str, Any] = {"ok": True, "check": asdict(check)}
     if request.get("want_code"):
-        response["code"] = {"name": code.name, "ptx": code.ptx, "sass": code.sass, "resources": code.resources}
+        response["code"] = {
+            "name": code.name,
+            "ptx": code.ptx,
+            "sass": code.sass,
+            "resources": code.resources,
+            "shared": code.shared,
+        }
     if save_dir:
         os.makedirs(save_dir, exist_ok=True)
         stem = os.path.join(save_dir, request["item"].replace("/", "_"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tkreg.inputs import check_output, device_reasons, fail_if, tensor_reasons, tma_reasons
+from tkreg.inputs import TMA_ALIGNMENT, check_output, device_reasons, fail_if, tensor_reasons, tma_reasons
 
 from .op import DTYPES
 
@@ -29,10 +29,21 @@ def gluon_matmul_inputs_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
     reasons = operand_reasons(a, b)
     if reasons:
         return reasons
-    reasons = tma_reasons(a, "a") + tma_reasons(b, "b")
+    reasons = tma_reasons(a, "a") + tma_reasons(b, "b") + output_row_reasons(a, b)
     for i, t in enumerate(rest):
         reasons += tma_reasons(t, f"input {i + 2}")
     return reasons
+
+
+def output_row_reasons(a: Any, b: Any) -> list[str]:
+    """The (M, N) output the launcher allocates is stored through TMA too: its rows of N elements
+    must be a multiple of 16 bytes, whatever B's own (possibly padded) stride is."""
+    row_bytes = b.shape[1] * b.element_size()
+    if row_bytes % TMA_ALIGNMENT:
+        return [
+            f"out: rows of N={b.shape[1]} elements are {row_bytes} bytes, not a multiple of {TMA_ALIGNMENT}; TMA stores need it"
+        ]
+    return []
 
 
 def validate_gluon_matmul(a: Any, b: Any, out: Any = None) -> None:
@@ -42,7 +53,7 @@ def validate_gluon_matmul(a: Any, b: Any, out: Any = None) -> None:
     fail_if(operand_reasons(a, b))
     named = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
     fail_if(device_reasons(named, interpretable=False))
-    reasons = tma_reasons(a, "a") + tma_reasons(b, "b")
+    reasons = tma_reasons(a, "a") + tma_reasons(b, "b") + (output_row_reasons(a, b) if out is None else [])
     if out is not None:
         check_output(out, (a.shape[0], b.shape[1]), a.dtype, a.device)
         reasons += tma_reasons(out, "out")

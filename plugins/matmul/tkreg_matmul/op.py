@@ -40,8 +40,7 @@ ERROR_BOUND_LAMBDA = 8.0
 MEAN_ABS_NORMAL_PRODUCT = 2.0 / math.pi
 DTYPES = ("float16", "bfloat16")
 TOLERANCES: dict[str, Tolerance] = {
-    d: Tolerance(ERROR_BOUND_LAMBDA * UNIT_ROUNDOFF["float32"] * MEAN_ABS_NORMAL_PRODUCT, 2 * UNIT_ROUNDOFF[d])
-    for d in DTYPES
+    d: Tolerance(ERROR_BOUND_LAMBDA * UNIT_ROUNDOFF["float32"] * MEAN_ABS_NORMAL_PRODUCT, 2 * UNIT_ROUNDOFF[d]) for d in DTYPES
 }
 
 

@@ -42,6 +42,13 @@ class OpGroup(pytest.Collector):
         return []  # items are attached by pytest_collection_modifyitems
 
 
+class TkregItem(pytest.Function):
+    """A generated item; reports name it by its id, not by the module that runs it."""
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.nodeid
+
+
 session_key = pytest.StashKey[Any]()
 counter_key = pytest.StashKey["OutcomeCounter"]()
 
@@ -171,11 +178,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     def group(name: str) -> OpGroup:
         if name not in groups:
-            groups[name] = OpGroup.from_parent(session, name=name, group=name)
+            # A path under the root that reads like the group (nothing is read from it).
+            groups[name] = OpGroup.from_parent(session, name=name, group=name, path=config.rootpath / name)
         return groups[name]
 
     for problem in registry.problems:
-        item = pytest.Function.from_parent(
+        item = TkregItem.from_parent(
             group("tkreg/plugins"), name=f"{problem.plugin.name}[{problem.stage}]", callobj=_reporter(problem.describe())
         )
         item.add_marker(pytest.mark.tkreg)
@@ -183,7 +191,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for spec in generate(registry, selection):
         kind = "bench" if spec.kind == "peer" else spec.kind
         clock = DeviceClock() if kind == "bench" else None
-        item = pytest.Function.from_parent(group(spec.group), name=spec.name_in_group, callobj=_item_callable(state, spec, clock))
+        item = TkregItem.from_parent(group(spec.group), name=spec.name_in_group, callobj=_item_callable(state, spec, clock))
         for mark in (pytest.mark.tkreg, getattr(pytest.mark, f"tkreg_{kind}"), timeout):
             item.add_marker(mark)
         if clock is not None:

@@ -1,6 +1,8 @@
 # The README's quick start: `make run` (the main job) and `make test` (the test suite). Both build
 # .venv on first use: CPU torch (the pinned 2.13.0), triton 3.6.0, tkreg and every plugin under
-# plugins/, installed editable the way a third-party plugin would be.
+# plugins/, installed editable the way a third-party plugin would be. numpy is listed because
+# triton's interpreter needs it and torch does not pull it in; pytest-xdist runs the suite on
+# every core.
 
 PYTHON ?= python3
 VENV := .venv
@@ -17,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
 	$(BIN)/python -m pip install -q -c constraints.txt torch
-	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation ruff pytest-xdist -e . $(addprefix -e ,$(PLUGIN_DIRS))
+	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation numpy ruff pytest-xdist -e . $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $@
 
 # The main job: what is installed and where it runs, then every generated item this machine can

@@ -1,0 +1,132 @@
+"""Host side of the two TMA add kernels: resolving and checking a tile config, building the
+descriptors, the persistent grid, the launch and the ahead-of-time spec. Every check runs before
+anything touches CUDA, so bad inputs and configs fail the same way on a machine with no GPU."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tkreg import dtypes
+from tkreg.aot import AotSpec
+from tkreg.tma import descriptor, descriptor_signature
+
+from .add_checks import checked_output
+from .tma_tiles import register_layout
+
+# Shared memory one block may claim on sm_90 and sm_100 (cudaDevAttrMaxSharedMemoryPerBlockOptin,
+# 227 KiB; CUDA C Programming Guide, "Compute capabilities" table).
+SMEM_PER_BLOCK = 227 * 1024
+# One 8-byte mbarrier per pipeline slot, rounded up generously for alignment.
+MBARRIER_BYTES = 16
+# TMA box limits (CUDA driver API, cuTensorMapEncodeTiled): every box dimension at most 256
+# elements, the inner one at least 16 bytes.
+TMA_BOX_MAX = 256
+TMA_INNER_MIN_BYTES = 16
+# Parameters every TMA add kernel takes, besides its buffer counts.
+TILE_PARAMS = ("XBLOCK", "YBLOCK", "num_warps", "ctas_per_sm")
+
+
+@dataclass(frozen=True)
+class TmaAddKernel:
+    """What differs between the TMA add kernels: the jitted kernel, its defaults per item size,
+    the parameter naming its load slots, the num_warps it allows and extra compile options."""
+
+    name: str
+    fn: Any
+    defaults: Mapping[int, Mapping[str, int]]
+    load_buffers: str
+    warps: tuple[int, ...]
+    constexprs: Mapping[str, Any]  # fixed constexpr arguments beyond the tile config
+    options: Mapping[str, Any]  # extra compile options (maxnreg, ...)
+
+    def resolve(self, dtype: str, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The dtype's default overridden by the parameters given (None = default); ValueError
+        for parameters TMA, shared memory or the kernel cannot take."""
+        known = (*TILE_PARAMS, self.load_buffers, "num_store_buffers")
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ValueError(f"{self.name}: unknown parameters {unknown}; known: {', '.join(known)}")
+        config = {**self.defaults[dtypes.ITEMSIZE[dtype]], **{k: v for k, v in given.items() if v is not None}}
+        problems = [
+            f"{k} must be an integer >= 1, got {config[k]!r}"
+            for k in (self.load_buffers, "num_store_buffers", "ctas_per_sm")
+            if not isinstance(config[k], int) or config[k] < 1
+        ]
+        if config["num_warps"] not in self.warps:
+            problems.append(f"num_warps must be one of {self.warps}, got {config['num_warps']!r}")
+        if not problems:
+            problems = _tile_problems(dtype, config, smem_tiles=2 * config[self.load_buffers] + config["num_store_buffers"])
+        if problems:
+            raise ValueError(f"{self.name}: bad config {config}: " + "; ".join(problems))
+        return config
+
+    def kernel_args(self, dtype: str, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Constexpr arguments for a resolved config."""
+        layout = register_layout(dtypes.ITEMSIZE[dtype], config["YBLOCK"], config["num_warps"])
+        buffers = {k: config[k] for k in (self.load_buffers, "num_store_buffers")}
+        return {"XBLOCK": config["XBLOCK"], "YBLOCK": config["YBLOCK"], **buffers, "layout": layout, **self.constexprs}
+
+    def launch(self, a: Any, b: Any, out: Any, params: Mapping[str, Any]) -> Any:
+        """Check everything, then run out = a + b (out allocated when None)."""
+        out = checked_output(a, b, out, interpretable=False, tma=True)
+        dtype = dtypes.name_of(a.dtype)
+        config = self.resolve(dtype, params)
+        block = [config["XBLOCK"], config["YBLOCK"]]
+        descs = descriptor(a, block, "a"), descriptor(b, block, "b"), descriptor(out, block, "out")
+        m, n = a.shape
+        self.fn[persistent_grid(a, config)](
+            *descs, m, n, **self.kernel_args(dtype, config), num_warps=config["num_warps"], **self.options
+        )
+        return out
+
+    def aot(self, dtype: str, given: Mapping[str, Any]) -> AotSpec:
+        """What launch compiles for ``given`` (the kernels do not specialize on M and N, so one
+        compile serves every shape)."""
+        config = self.resolve(dtype, given)
+        args = self.kernel_args(dtype, config)
+        desc = descriptor_signature(dtype, [config["XBLOCK"], config["YBLOCK"]])
+        signature = {"a_desc": desc, "b_desc": desc, "c_desc": desc, "M": "i32", "N": "i32"}
+        return AotSpec(
+            fn=self.fn,
+            signature={**signature, **dict.fromkeys(args, "constexpr")},
+            constexprs=args,
+            options={"num_warps": config["num_warps"], **self.options},
+        )
+
+
+def _tile_problems(dtype: str, config: Mapping[str, Any], smem_tiles: int) -> list[str]:
+    """What TMA or shared memory cannot take in a tile config; ``smem_tiles`` is how many
+    (XBLOCK, YBLOCK) tiles the kernel keeps in shared memory."""
+    xblock, yblock = config["XBLOCK"], config["YBLOCK"]
+    itemsize = dtypes.ITEMSIZE[dtype]
+    problems = [
+        f"{name} must be a power of two <= {TMA_BOX_MAX} (a TMA box dimension), got {value!r}"
+        for name, value in (("XBLOCK", xblock), ("YBLOCK", yblock))
+        if not isinstance(value, int) or value < 1 or value & (value - 1) or value > TMA_BOX_MAX
+    ]
+    if problems:
+        return problems
+    if yblock * itemsize < TMA_INNER_MIN_BYTES:
+        return [f"YBLOCK={yblock} {dtype} is {yblock * itemsize} bytes; a TMA box row needs >= {TMA_INNER_MIN_BYTES}"]
+    smem = smem_tiles * (xblock * yblock * itemsize + MBARRIER_BYTES)
+    if smem > SMEM_PER_BLOCK:
+        tiles = f"{smem_tiles} tiles of {xblock}x{yblock} {dtype}"
+        return [f"{tiles} need {smem} bytes of shared memory; a block has {SMEM_PER_BLOCK}"]
+    return []
+
+
+@functools.cache
+def sm_count(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def persistent_grid(t: Any, config: Mapping[str, Any]) -> tuple[int]:
+    """ctas_per_sm programs per SM, never more programs than tiles."""
+    m, n = t.shape
+    tiles = -(-m // config["XBLOCK"]) * -(-n // config["YBLOCK"])
+    return (min(tiles, sm_count(t.device.index) * config["ctas_per_sm"]),)

@@ -28,12 +28,12 @@ run: $(STAMP)
 	$(BIN)/tkreg doctor
 	$(BIN)/tkreg list
 	$(BIN)/python -m pytest --tkreg -m tkreg -p no:cacheprovider \
-		$$($(BIN)/python -c "from tkreg.platform import current; print('--tkreg-bench' if current().is_gpu else '')") $(ARGS)
+		$$($(BIN)/python -c "from tkreg.platform import current; print('--tkreg-bench' if current().is_gpu else '-n auto')") $(ARGS)
 
 # The test suite: lint, the core and plugin tests, and every generated tkreg item.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest --tkreg $(ARGS)
+	$(BIN)/python -m pytest --tkreg -n auto $(ARGS)
 
 clean:
 	rm -rf $(VENV)

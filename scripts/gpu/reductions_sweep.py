@@ -23,7 +23,7 @@ from tkreg.timing import DeviceTimer
 SHAPES = [(16384, 16384), (65536, 1024), (4096, 131072), (1048576, 32), (32, 1048576)]
 DTYPES = [torch.float32, torch.bfloat16]
 REPS = 25
-BUDGET_S = 150
+BUDGET_S = 200
 
 
 def median_ms(timer: DeviceTimer, fn: Callable[[], Any]) -> float:
@@ -33,20 +33,27 @@ def median_ms(timer: DeviceTimer, fn: Callable[[], Any]) -> float:
 
 
 def candidates(m: int, n: int, itemsize: int, sms: int) -> list[dict[str, int]]:
-    base = tiled.choose_config(m, n, itemsize, sms)
-    out = [dict(base.__dict__)]
-    for tile in (8192, 16384, 32768, 65536):
-        for warps in (4, 8, 16):
-            block_m = max(1, tile // itemsize // base.BLOCK_N)
-            out.append({**base.__dict__, "BLOCK_M": block_m, "num_warps": warps})
-    for factor in (2, 4):
-        if base.BLOCK_N // factor >= 16:
-            out.append({**base.__dict__, "BLOCK_N": base.BLOCK_N // factor, "BLOCK_M": base.BLOCK_M * factor})
-    if base.SPLIT > 1:
-        for split in (base.SPLIT // 2, base.SPLIT * 2):
+    """The launcher's choice and neighbours: for rows that take several column steps, the step
+    width in bytes, rows per program, warps and pipeline stages; for rows that fit one step, the
+    tile size and warps."""
+    base = tiled.choose_config(m, n, itemsize, sms).__dict__
+    out = [dict(base)]
+    row_elems = 1 << max(0, (n - 1).bit_length())
+    if n > base["BLOCK_N"]:
+        for step_bytes, rows in ((4096, 2), (4096, 4), (4096, 8), (16384, 1), (16384, 2)):
+            block_n = min(step_bytes // itemsize, row_elems)
+            for warps in (8, 16):
+                for stages in (1, 3):
+                    out.append({**base, "BLOCK_N": block_n, "BLOCK_M": rows, "num_warps": warps, "NUM_STAGES": stages})
+    else:
+        for tile in (8192, 16384, 32768, 65536):
+            for warps in (4, 8, 16):
+                out.append({**base, "BLOCK_M": max(1, tile // itemsize // base["BLOCK_N"]), "num_warps": warps})
+    if base["SPLIT"] > 1:
+        for split in (base["SPLIT"] // 2, base["SPLIT"] * 2):
             if 1 <= split <= tiled.MAX_SPLIT:
-                out.append({**base.__dict__, "SPLIT": split})
-    unique = []
+                out.append({**base, "SPLIT": split})
+    unique: list[dict[str, int]] = []
     for c in out:
         if c not in unique:
             unique.append(c)

@@ -74,8 +74,9 @@ def test_whole_row_kernels_refuse_rows_they_cannot_hold(registry: tkreg.Registry
     assert not verdicts["sum_row"].runs and not verdicts["sum_row_blocked"].runs
     assert verdicts["sum_row_tiled"].runs and verdicts["sum_row_blocked_iterative"].runs
     # sum_row_blocked's limit depends on how many rows it takes per program
-    assert checks.sum_row_blocked_inputs_reasons(torch.ones(2, 4096), config={"BLOCK_M": 4}) == []
-    assert checks.sum_row_blocked_inputs_reasons(torch.ones(2, 4097), config={"BLOCK_M": 4})
+    quarter = checks.MAX_BLOCK_ELEMENTS // 4
+    assert checks.sum_row_blocked_inputs_reasons(torch.ones(2, quarter), config={"BLOCK_M": 4}) == []
+    assert checks.sum_row_blocked_inputs_reasons(torch.ones(2, quarter + 1), config={"BLOCK_M": 4})
 
 
 @pytest.mark.parametrize(

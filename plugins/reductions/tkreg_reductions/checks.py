@@ -1,5 +1,5 @@
-"""Input checks every sum_row launcher runs before launching, and the row-length limits of the
-kernels that hold whole rows in registers (also used by lookup with concrete inputs)."""
+"""Input checks every sum_row launcher runs before launching, and the row-length limit of the
+kernels that load whole rows as one block (also used by lookup with concrete inputs)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,16 @@ from tkreg.inputs import check_output, device_reasons, fail_if, tensor_reasons
 
 DTYPES = ("float32", "float16", "bfloat16")
 
-# sum_row and sum_row_blocked load a whole row (padded to a power of two) as one block. Above this
-# many elements per program the block no longer fits in registers and spills to local memory, so
-# longer rows are refused with a pointer to the kernels that walk the row.
-MAX_BLOCK_ELEMENTS = 16384
+# sum_row and sum_row_blocked load whole rows (each padded to a power of two) as one block, and a
+# triton block holds at most this many elements (triton.language.core.TRITON_MAX_TENSOR_NUMEL in
+# triton 3.6.0; a test checks it). Longer rows are refused with a pointer to the kernels that walk
+# the row. Below it the block does not spill: compiled for sm_90a, BLOCK_N = 2**17 and 2**20 use
+# 64 and 90 registers and no local memory (the loads stream into the per-thread accumulation).
+MAX_BLOCK_ELEMENTS = 1 << 20
+# sum_row_blocked's own choice of rows per program: about this many elements per block (1 to
+# BLOCKED_MAX_ROWS rows): 4 rows of 1024 or 128 rows of 32, the choices measured in GPU run 1.
+BLOCKED_BLOCK_ELEMENTS = 4096
+BLOCKED_MAX_ROWS = 64
 
 
 def next_power_of_2(n: int) -> int:
@@ -28,7 +34,12 @@ def validate(x: Any, out: Any | None) -> torch.Tensor:
     fail_if(device_reasons([("x", x)], interpretable=True))
     if out is None:
         return torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
+    fail_if(tensor_reasons(out, "out", rank=1))
     check_output(out, (x.shape[0],), x.dtype, x.device)
+    if out.shape[0] > 1 and out.stride(0) != 1:
+        # The kernels write out[i] at out + i: a strided view would get wrong elements written
+        # (and a stride-0 view, memory past its storage).
+        fail_if([f"out must be contiguous (stride 1); got stride {out.stride(0)}: pass out=None or a contiguous tensor"])
     return out
 
 
@@ -37,8 +48,8 @@ def whole_row_reasons(kernel: str, rows_per_program: int, x: Any) -> list[str]:
     if block <= MAX_BLOCK_ELEMENTS:
         return []
     return [
-        f"{kernel} holds {rows_per_program} whole row(s) of {x.shape[-1]} elements in registers "
-        f"({block} padded elements > {MAX_BLOCK_ELEMENTS}); use sum_row_tiled or sum_row_blocked_iterative"
+        f"{kernel} loads {rows_per_program} whole row(s) of {x.shape[-1]} elements as one block of {block} "
+        f"padded elements; triton allows at most {MAX_BLOCK_ELEMENTS}: use sum_row_tiled or sum_row_blocked_iterative"
     ]
 
 
@@ -48,8 +59,8 @@ def sum_row_inputs_reasons(x: Any) -> list[str]:
 
 
 def default_block_m(n: int) -> int:
-    """sum_row_blocked's own choice: a quarter of the register limit per program, 1 to 64 rows."""
-    return max(1, min(64, MAX_BLOCK_ELEMENTS // 4 // next_power_of_2(n)))
+    """sum_row_blocked's own choice of rows per program for rows of n elements."""
+    return max(1, min(BLOCKED_MAX_ROWS, BLOCKED_BLOCK_ELEMENTS // next_power_of_2(n)))
 
 
 def sum_row_blocked_inputs_reasons(x: Any, config: dict[str, Any] | None = None) -> list[str]:

@@ -53,9 +53,10 @@ CASES = (
 
 
 def _plain_triton_targets(vector_loads: bool) -> tuple[CompileTarget, ...]:
-    # Contiguous, aligned rows must be read 16 bytes at a time (ld.global.v4 in PTX, LDG.E.128 in SASS).
-    ptx = (r"ld\.global(\.\w+)*\.v4",) if vector_loads else (r"ld\.global",)
-    sass = (r"LDG\.E\.128",) if vector_loads else (r"LDG",)
+    # Contiguous, aligned rows must be read 16 bytes at a time: ld.global.v4 / LDG.E.128, or, in a
+    # pipelined loop, 16-byte cp.async copies into shared memory (LDGSTS.E.BYPASS.128).
+    ptx = (r"ld\.global(\.\w+)*\.v4|cp\.async\.cg\.shared\.global",) if vector_loads else (r"ld\.global",)
+    sass = (r"LDG\.E\.128|LDGSTS\.E(\.\w+)*\.128",) if vector_loads else (r"LDG",)
     return tuple(CompileTarget(arch, ptx=ptx, sass=sass) for arch in ("sm_80", "sm_90a"))
 
 
@@ -134,11 +135,15 @@ def tkreg_register_kernels(register: Any) -> None:
             "tiled",
             (
                 {},
-                {"BLOCK_M": 8, "BLOCK_N": 16, "SPLIT": 3},
+                {"BLOCK_M": 8, "BLOCK_N": 16, "SPLIT": 3, "NUM_STAGES": 2},
                 {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 1},
             ),
             True,
-            compile_configs=({}, {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 1}, {"BLOCK_M": 1, "BLOCK_N": 1024, "SPLIT": 8}),
+            compile_configs=(
+                {},
+                {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 1},
+                {"BLOCK_M": 1, "BLOCK_N": 1024, "SPLIT": 8, "NUM_STAGES": 3},
+            ),
             description="2-D tiles of several rows, long rows split across programs with a deterministic second pass",
         )
     )

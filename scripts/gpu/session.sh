@@ -5,6 +5,7 @@
 #   sweeps       the tuning sweeps in scripts/gpu/*_sweep.py
 #   bench        pytest --tkreg --tkreg-bench (benchmark record) and the timing cross-check
 # Usage: bash scripts/gpu/session.sh correctness sweeps bench
+# TKREG_ARGS (e.g. --tkreg-op=add) is passed to every pytest run; SWEEPS overrides the sweep scripts.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -22,7 +23,7 @@ tail -n +1 "$OUT/env.log" | head -40
 for phase in "$@"; do
   case "$phase" in
     correctness)
-      timeout 330 python3 -m pytest --tkreg -m "tkreg_correctness" -p no:cacheprovider -q -n 8 \
+      timeout 330 python3 -m pytest --tkreg -m "tkreg_correctness" -p no:cacheprovider -q -n 8 ${TKREG_ARGS:-} \
         --junitxml="$OUT/correctness.xml" >"$OUT/correctness.log" 2>&1
       elapsed "correctness rc=$?"; grep -E "passed|failed|tkreg summary" -A2 "$OUT/correctness.log" | tail -5
       grep -E "^FAILED|^ERROR" "$OUT/correctness.log" | head -30
@@ -30,7 +31,7 @@ for phase in "$@"; do
       elapsed "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
       ;;
     sweeps)
-      for s in scripts/gpu/*_sweep.py scripts/gpu/*_check.py; do
+      for s in ${SWEEPS:-scripts/gpu/*_sweep.py scripts/gpu/*_check.py}; do
         [ -f "$s" ] || continue
         name=$(basename "$s" .py)
         timeout 200 python3 "$s" >"$OUT/$name.log" 2>&1
@@ -38,7 +39,7 @@ for phase in "$@"; do
       done
       ;;
     bench)
-      timeout 420 python3 -m pytest --tkreg --tkreg-bench -m tkreg_bench -p no:cacheprovider -q \
+      timeout 420 python3 -m pytest --tkreg --tkreg-bench -m tkreg_bench -p no:cacheprovider -q ${TKREG_ARGS:-} \
         --benchmark-json="$OUT/bench.json" --tkreg-bench-md="$OUT/bench.md" --benchmark-columns=median,rounds \
         >"$OUT/bench.log" 2>&1
       elapsed "bench rc=$?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/bench.log" | tail -10; cat "$OUT/bench.md"

@@ -19,6 +19,7 @@ choices are measured on an H100, see BENCHMARKS.md.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,11 @@ PROGRAMS_PER_SM = 4
 # Do not split unless a program would read at least this much: splitting adds a launch.
 MIN_SPLIT_BYTES = 64 * 1024
 MAX_SPLIT = 1024  # the second pass reduces all partials of a row in one block
+PIPELINE_STAGES = 3  # column blocks in flight per program when a row takes several steps
+VECTOR_BYTES = 16  # one ld.global.v4 per thread
+VECTORS_PER_THREAD = 4  # loads in flight per thread per step
+THREADS_PER_WARP = 32
+MAX_WARPS = 16
 DEFAULT_SMS = 132  # H100 SXM; used only where no GPU can be asked (the CPU interpreter)
 
 
@@ -50,6 +56,7 @@ class TiledConfig:
     BLOCK_N: int
     SPLIT: int
     num_warps: int
+    NUM_STAGES: int = 1
 
 
 @triton.jit
@@ -64,6 +71,7 @@ def partial_sums_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M
@@ -73,7 +81,9 @@ def partial_sums_kernel(
     row_ptr = X + rows.to(tl.int64)[:, None] * stride_m
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     full_end = col_start + (col_end - col_start) // BLOCK_N * BLOCK_N
-    for start in range(col_start, full_end, BLOCK_N):
+    # With NUM_STAGES > 1 triton pipelines the loop: later column blocks are already being copied
+    # into shared memory (16-byte cp.async) while this one is added, so more bytes are in flight.
+    for start in tl.range(col_start, full_end, BLOCK_N, num_stages=NUM_STAGES):
         ptrs = row_ptr + (start + cols)[None, :].to(tl.int64) * stride_n
         acc += tl.load(ptrs, mask=row_ok[:, None], other=0.0).to(tl.float32)
     if full_end < col_end:
@@ -100,9 +110,12 @@ COMBINE_ROWS = 32
 
 
 def _num_sms(x: torch.Tensor) -> int:
-    if x.device.type == "cuda":
-        return torch.cuda.get_device_properties(x.device).multi_processor_count
-    return DEFAULT_SMS
+    return _sm_count(x.device.index) if x.device.type == "cuda" else DEFAULT_SMS
+
+
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()).multi_processor_count
 
 
 def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
@@ -116,9 +129,14 @@ def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
     if row_blocks < PROGRAMS_PER_SM * num_sms and bytes_per_row_block >= 2 * MIN_SPLIT_BYTES:
         want = triton.cdiv(PROGRAMS_PER_SM * num_sms, row_blocks)
         split = min(want, col_blocks, MAX_SPLIT, bytes_per_row_block // MIN_SPLIT_BYTES)
-    tile = block_m * block_n * itemsize
-    num_warps = 8 if tile >= 8192 else 4
-    return TiledConfig(block_m, block_n, max(1, split), num_warps)
+    stages = PIPELINE_STAGES if n > block_n else 1
+    return TiledConfig(block_m, block_n, max(1, split), warps_for(block_m, block_n, itemsize), stages)
+
+
+def warps_for(block_m: int, block_n: int, itemsize: int) -> int:
+    """Enough threads that each holds a few 16-byte vectors of the tile, at most 16 warps."""
+    vectors = max(1, block_m * block_n * itemsize // VECTOR_BYTES)
+    return max(1, min(MAX_WARPS, vectors // (VECTORS_PER_THREAD * THREADS_PER_WARP)))
 
 
 def sum_row_tiled(
@@ -128,12 +146,20 @@ def sum_row_tiled(
     BLOCK_N: int | None = None,
     SPLIT: int | None = None,
     num_warps: int | None = None,
+    NUM_STAGES: int | None = None,
 ) -> torch.Tensor:
     out = validate(x, out)
     m, n = x.shape
     chosen = choose_config(m, n, x.element_size(), _num_sms(x))
+    block_m, block_n = BLOCK_M or chosen.BLOCK_M, BLOCK_N or chosen.BLOCK_N
+    # Warps follow the tile actually used, also when the caller forces the block sizes.
+    warps = num_warps or (chosen.num_warps if (block_m, block_n) == (chosen.BLOCK_M, chosen.BLOCK_N) else None)
     config = TiledConfig(
-        BLOCK_M or chosen.BLOCK_M, BLOCK_N or chosen.BLOCK_N, SPLIT or chosen.SPLIT, num_warps or chosen.num_warps
+        block_m,
+        block_n,
+        SPLIT or chosen.SPLIT,
+        warps or warps_for(block_m, block_n, x.element_size()),
+        NUM_STAGES or chosen.NUM_STAGES,
     )
     for name in ("BLOCK_M", "BLOCK_N"):
         value = getattr(config, name)
@@ -157,6 +183,7 @@ def sum_row_tiled(
         BLOCK_M=config.BLOCK_M,
         BLOCK_N=config.BLOCK_N,
         SPLIT=split,
+        NUM_STAGES=config.NUM_STAGES,
         num_warps=config.num_warps,
     )
     if split > 1:
@@ -185,9 +212,11 @@ def aot_sum_row_tiled(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec
         "BLOCK_M": "constexpr",
         "BLOCK_N": "constexpr",
         "SPLIT": "constexpr",
+        "NUM_STAGES": "constexpr",
     }
-    constexprs = {"stride_n": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "SPLIT": split}
-    num_warps = int(config.get("num_warps", chosen.num_warps))
+    stages = int(config.get("NUM_STAGES", 1))
+    constexprs = {"stride_n": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "SPLIT": split, "NUM_STAGES": stages}
+    num_warps = int(config.get("num_warps", warps_for(block_m, block_n, itemsize)))
     return AotSpec(
         partial_sums_kernel,
         signature,

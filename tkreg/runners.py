@@ -16,7 +16,7 @@ from . import dtypes, harness, refs
 from .generation import ItemSpec
 from .inputs import interpreter_active
 from .platform import Platform, current
-from .registry import Registry, unmet_requirements
+from .registry import Registry, input_constraint_reasons, unmet_requirements
 
 
 @dataclass
@@ -134,7 +134,11 @@ def run_bench(session: Session, spec: ItemSpec, benchmark: Any, clock: Any) -> N
         def call() -> None:
             peer(*inputs, out=out)
     else:
-        launcher = registry.kernel(spec.name).load()
+        kernel = registry.kernel(spec.name)
+        rejected = input_constraint_reasons(kernel, inputs, spec.config or None)
+        if rejected:
+            pytest.skip(f"{kernel.name} cannot take these inputs: " + "; ".join(rejected))
+        launcher = kernel.load()
         params = harness.resolve_config(registry, spec.config)
 
         def call() -> None:

@@ -75,9 +75,20 @@ def add_contiguous_kernel(a_ptr, b_ptr, c_ptr, numel, BLOCK: tl.constexpr, BF16_
 
 @triton.jit
 def add_strided_kernel(
-    a_ptr, b_ptr, c_ptr, M, N,
-    stride_am, stride_an, stride_bm, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BF16_BY_HAND: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    stride_am,
+    stride_an,
+    stride_bm,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BF16_BY_HAND: tl.constexpr,
 ):
     # A 1-D grid over tiles, row-major: the grid's y and z dimensions are limited to 65535.
     pid = tl.program_id(0)
@@ -118,9 +129,7 @@ def add_triton(a: Any, b: Any, out: Any = None, *, BLOCK: int | None = None, num
     block_m, block_n = tile_shape(block, n)
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
     strides = (*a.stride(), *b.stride(), *out.stride())
-    add_strided_kernel[grid](
-        a, b, out, m, n, *strides, BLOCK_M=block_m, BLOCK_N=block_n, BF16_BY_HAND=by_hand, num_warps=warps
-    )
+    add_strided_kernel[grid](a, b, out, m, n, *strides, BLOCK_M=block_m, BLOCK_N=block_n, BF16_BY_HAND=by_hand, num_warps=warps)
     return out
 
 

@@ -14,9 +14,7 @@ GLUON_ARCHES = ("sm_90a", "sm_100a")
 
 def tma_targets(ptx: tuple[str, ...] = (), sass: tuple[str, ...] = ()) -> tuple[CompileTarget, ...]:
     """sm_90a and sm_100a targets that must hold TMA loads and stores, plus ``ptx``/``sass``."""
-    return tuple(
-        CompileTarget(arch, ptx=(TMA_LOAD_PTX, TMA_STORE_PTX, *ptx), sass=(*TMA_SASS, *sass)) for arch in GLUON_ARCHES
-    )
+    return tuple(CompileTarget(arch, ptx=(TMA_LOAD_PTX, TMA_STORE_PTX, *ptx), sass=(*TMA_SASS, *sass)) for arch in GLUON_ARCHES)
 
 
 def tma_requirements(*features: str) -> Requirements:

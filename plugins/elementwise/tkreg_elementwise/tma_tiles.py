@@ -39,8 +39,7 @@ def tile_origin(i, tiles_y, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
 
 
 @gluon.jit
-def load_tiles(a_desc, b_desc, a_bufs, b_bufs, ready, slot, i, count, tiles_y,
-               XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
+def load_tiles(a_desc, b_desc, a_bufs, b_bufs, ready, slot, i, count, tiles_y, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
     """Start the TMA loads of this program's i-th A and B tiles (if it has an i-th) into ``slot``;
     ready[slot] completes its phase when both have landed."""
     pred = i < count

@@ -104,8 +104,11 @@ def test_launcher_default_choice_uses_the_sm_count(monkeypatch):
     monkeypatch.setattr(launch, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch, "output_for", lambda a, b, out: OnCuda(fp16(a.shape[0], b.shape[1])))
     monkeypatch.setattr(launch, "matmul_descriptors", stop)
-    for (M, N), expected in [((8192, 8192), cfg.CANDIDATES[0]), ((2048, 2048), cfg.CANDIDATES[1]),
-                             ((1024, 1024), cfg.CANDIDATES[-1])]:
+    for (M, N), expected in [
+        ((8192, 8192), cfg.CANDIDATES[0]),
+        ((2048, 2048), cfg.CANDIDATES[1]),
+        ((1024, 1024), cfg.CANDIDATES[-1]),
+    ]:
         seen.clear()
         raises("stop before launch", OnCuda(fp16(M, 64)), OnCuda(fp16(64, N)))
         assert (seen["BLOCK_M"], seen["BLOCK_N"], seen["BLOCK_K"]) == (expected.rows, expected.BLOCK_N, expected.BLOCK_K)

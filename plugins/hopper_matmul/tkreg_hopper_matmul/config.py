@@ -121,21 +121,29 @@ class HopperConfig:
         if self.NUM_STAGES < 2:
             out.append(f"NUM_STAGES={self.NUM_STAGES} must be >= 2 (one stage loading while one computes)")
         if self.PRODUCER_REGS % SETMAXNREG_STEP or not SETMAXNREG_MIN <= self.PRODUCER_REGS <= SETMAXNREG_MAX:
-            out.append(f"PRODUCER_REGS={self.PRODUCER_REGS} must be a multiple of {SETMAXNREG_STEP} in "
-                       f"[{SETMAXNREG_MIN}, {SETMAXNREG_MAX}]")
+            out.append(
+                f"PRODUCER_REGS={self.PRODUCER_REGS} must be a multiple of {SETMAXNREG_STEP} in "
+                f"[{SETMAXNREG_MIN}, {SETMAXNREG_MAX}]"
+            )
         if out:
             return out
         if self.BLOCK_M % self.CONSUMERS or self.rows % WGMMA_M:
-            out.append(f"each consumer's rows ({self.BLOCK_M} / {1 if self.PINGPONG else self.CONSUMERS}) "
-                       f"must be a multiple of {WGMMA_M} (wgmma's M)")
+            out.append(
+                f"each consumer's rows ({self.BLOCK_M} / {1 if self.PINGPONG else self.CONSUMERS}) "
+                f"must be a multiple of {WGMMA_M} (wgmma's M)"
+            )
         if self.BLOCK_N > WGMMA_MAX_N:
             out.append(f"BLOCK_N={self.BLOCK_N} exceeds wgmma's largest N ({WGMMA_MAX_N})")
         if self.acc_regs > MAX_ACC_REGS:
-            out.append(f"a {self.rows}x{self.BLOCK_N} fp32 accumulator takes {self.acc_regs} registers per thread; "
-                       f"at most {MAX_ACC_REGS}")
+            out.append(
+                f"a {self.rows}x{self.BLOCK_N} fp32 accumulator takes {self.acc_regs} registers per thread; "
+                f"at most {MAX_ACC_REGS}"
+            )
         if self.consumer_regs < self.acc_regs + SETMAXNREG_MIN:
-            out.append(f"{self.CONSUMERS} consumers get {self.consumer_regs} registers each, too few for a "
-                       f"{self.acc_regs}-register accumulator")
+            out.append(
+                f"{self.CONSUMERS} consumers get {self.consumer_regs} registers each, too few for a "
+                f"{self.acc_regs}-register accumulator"
+            )
         smem = self.smem_bytes(itemsize)
         if smem > SMEM_PER_BLOCK:
             out.append(f"needs about {smem} bytes of shared memory; an H100 block has {SMEM_PER_BLOCK}")

@@ -79,8 +79,7 @@ class Plan:
     EPILOGUE_SPLIT: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, SchedulerImpl, BLOCK_M, BLOCK_N, BLOCK_K, ROWS, NUM_STAGES, CONSUMERS, PINGPONG,
-                 EPILOGUE_SPLIT):
+    def __init__(self, SchedulerImpl, BLOCK_M, BLOCK_N, BLOCK_K, ROWS, NUM_STAGES, CONSUMERS, PINGPONG, EPILOGUE_SPLIT):
         self.SchedulerImpl = gl.constexpr(SchedulerImpl)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
@@ -120,8 +119,7 @@ def _load_partition(a_desc, b_desc, s: Shared, p: Plan):
             mbarrier.expect(ready, STAGE_BYTES)
             k = ki * p.BLOCK_K
             for i in gl.static_range(p.A_BLOCKS):
-                tma.async_copy_global_to_shared(a_desc, [off_m + i * p.ROWS, k], ready,
-                                                s.a_bufs.index(slot * p.A_BLOCKS + i))
+                tma.async_copy_global_to_shared(a_desc, [off_m + i * p.ROWS, k], ready, s.a_bufs.index(slot * p.A_BLOCKS + i))
             tma.async_copy_global_to_shared(b_desc, [k, off_n], ready, s.b_bufs.index(slot))
 
 
@@ -189,8 +187,9 @@ def _mma_partition(c_desc, K, s: Shared, p: Plan, CONSUMER: gl.constexpr):
             if p.PINGPONG:
                 # The tile's last stage is in: the next tile's consumer may start.
                 mbarrier.arrive(s.turn.index(NEXT), pred=ki == k_iters - 1)
-            acc = warpgroup_mma(s.a_bufs.index(slot * p.A_BLOCKS + a_block), s.b_bufs.index(slot), acc,
-                                use_acc=ki > 0, is_async=True)
+            acc = warpgroup_mma(
+                s.a_bufs.index(slot * p.A_BLOCKS + a_block), s.b_bufs.index(slot), acc, use_acc=ki > 0, is_async=True
+            )
             # Keep this wgmma in flight; the one before it has finished reading its stage.
             acc = warpgroup_mma_wait(1, deps=(acc,))
             mbarrier.arrive(s.empty.index(prev), pred=ki > 0)
@@ -202,15 +201,33 @@ def _mma_partition(c_desc, K, s: Shared, p: Plan, CONSUMER: gl.constexpr):
 
 
 @gluon.jit
-def matmul_hopper_ws_kernel(a_desc, b_desc, c_desc, SchedulerImpl: gl.constexpr, BLOCK_M: gl.constexpr,
-                            NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
-                            EPILOGUE_SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr):
+def matmul_hopper_ws_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    SchedulerImpl: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    CONSUMERS: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    EPILOGUE_SPLIT: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+):
     """C = A @ B with A (M, K), B (K, N), C (M, N) as TMA descriptors: A blocks ROWS x BLOCK_K,
     B blocks BLOCK_K x BLOCK_N, C blocks ROWS x BLOCK_N / EPILOGUE_SPLIT (ROWS: one consumer's
     rows). Launch with num_warps=4 (the first consumer) and at most one program per SM."""
-    p = Plan(SchedulerImpl, BLOCK_M, b_desc.block_type.shape[1], a_desc.block_type.shape[1],
-             a_desc.block_type.shape[0], NUM_STAGES, CONSUMERS, PINGPONG, EPILOGUE_SPLIT)
+    p = Plan(
+        SchedulerImpl,
+        BLOCK_M,
+        b_desc.block_type.shape[1],
+        a_desc.block_type.shape[1],
+        a_desc.block_type.shape[0],
+        NUM_STAGES,
+        CONSUMERS,
+        PINGPONG,
+        EPILOGUE_SPLIT,
+    )
     dtype: gl.constexpr = a_desc.dtype
     # (List concatenation, not unpacking: Gluon's code generator has no starred expressions.)
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES * p.A_BLOCKS] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
@@ -233,12 +250,17 @@ def matmul_hopper_ws_kernel(a_desc, b_desc, c_desc, SchedulerImpl: gl.constexpr,
     # The first consumer is the default partition (the kernel's own 4 warps); the other consumer and
     # the producer are workers with CONSUMER_REGS and PRODUCER_REGS registers per thread.
     if CONSUMERS == 1:
-        gl.warp_specialize([(_mma_partition, (c_desc, K, s, p, 0)), (_load_partition, (a_desc, b_desc, s, p))],
-                           [PRODUCER_WARPS], [PRODUCER_REGS])
+        gl.warp_specialize(
+            [(_mma_partition, (c_desc, K, s, p, 0)), (_load_partition, (a_desc, b_desc, s, p))], [PRODUCER_WARPS], [PRODUCER_REGS]
+        )
     else:
         gl.static_assert(CONSUMERS == 2, "CONSUMERS must be 1 or 2")
-        gl.warp_specialize([
-            (_mma_partition, (c_desc, K, s, p, 0)),
-            (_mma_partition, (c_desc, K, s, p, 1)),
-            (_load_partition, (a_desc, b_desc, s, p)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        gl.warp_specialize(
+            [
+                (_mma_partition, (c_desc, K, s, p, 0)),
+                (_mma_partition, (c_desc, K, s, p, 1)),
+                (_load_partition, (a_desc, b_desc, s, p)),
+            ],
+            [CONSUMER_WARPS, PRODUCER_WARPS],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )

@@ -30,8 +30,7 @@ DEFAULT_SCHEDULER = "persistent"
 ARCH = "sm_90a"
 
 
-def matmul_hopper_ws(a: Any, b: Any, out: Any = None, *, scheduler: str | Scheduler | None = None,
-                     **params: Any) -> Any:
+def matmul_hopper_ws(a: Any, b: Any, out: Any = None, *, scheduler: str | Scheduler | None = None, **params: Any) -> Any:
     """C = A @ B on an H100 (sm_90a). A (M, K), B (K, N): fp16 or bf16 CUDA tensors meeting TMA's
     layout rules (contiguous last dimension, 16-byte aligned base and row strides). ``out``, if
     given, must be a TMA-legal (M, N) tensor of the same dtype; one allocated here is contiguous,

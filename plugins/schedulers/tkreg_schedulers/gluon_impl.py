@@ -71,9 +71,7 @@ def GroupedPersistentTileScheduler(GROUP_SIZE_M: int) -> Any:
         def initialize(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
             num_pid_m = gl.cdiv(M, BLOCK_M)
             num_pid_n = gl.cdiv(N, BLOCK_N)
-            return GroupedPersistentTileSchedulerImpl(
-                gl.program_id(0), num_pid_m, group_size * num_pid_n, num_pid_m * num_pid_n
-            )
+            return GroupedPersistentTileSchedulerImpl(gl.program_id(0), num_pid_m, group_size * num_pid_n, num_pid_m * num_pid_n)
 
         @gluon.jit
         def get_num_tiles(self):

@@ -22,20 +22,30 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tkreg.aot import AotSpec
 
-# Tiles of about 32 KiB per tensor (64 x 128 float32, the 04-tma tutorial's best block; 64 x 256
-# for 16-bit types), three load slots: 2 x 3 x 32 + 32 = 224 KiB, one block per SM.
-# Provisional until scripts/gpu/add_sweep.py has measured the H100.
+# Measured with scripts/gpu/add_sweep.py on an H100 (runs 2 and 3, 2026-11-22, notes/tuning.md):
+# every config landed between 0.93x and 0.96x torch.add at 32768^2; flat tiles (16 rows x 256
+# columns) with 4 to 8 load slots and 2 store slots were best (fp32 2930 GB/s, bf16 2904 GB/s,
+# against 2855 / 2870 for the first default, 64 x 128 / 64 x 256 with 3 slots).
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 64, "YBLOCK": 128, "num_buffers": 3, "num_store_buffers": 1, "num_warps": 4, "ctas_per_sm": 1},
-    2: {"XBLOCK": 64, "YBLOCK": 256, "num_buffers": 3, "num_store_buffers": 1, "num_warps": 4, "ctas_per_sm": 1},
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
+    2: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 8, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
 }
 
 
 # M and N only place tiles: specializing on their divisibility would recompile per shape class.
 @gluon.jit(do_not_specialize=["M", "N"])
-def add_tma_kernel(a_desc, b_desc, c_desc, M, N,
-                   XBLOCK: gl.constexpr, YBLOCK: gl.constexpr,
-                   num_buffers: gl.constexpr, num_store_buffers: gl.constexpr, layout: gl.constexpr):
+def add_tma_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    XBLOCK: gl.constexpr,
+    YBLOCK: gl.constexpr,
+    num_buffers: gl.constexpr,
+    num_store_buffers: gl.constexpr,
+    layout: gl.constexpr,
+):
     count, tiles_y = tile_count(M, N, XBLOCK, YBLOCK)
     dtype: gl.constexpr = a_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [num_buffers, XBLOCK, YBLOCK], a_desc.layout)

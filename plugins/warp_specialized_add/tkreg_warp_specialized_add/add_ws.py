@@ -27,11 +27,13 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tkreg.aot import AotSpec
 
-# Tiles of about 32 KiB per tensor as add_tma; 3 load and 1 store slots are the seed's benchmark
-# setting (2 x 3 x 32 + 32 = 224 KiB, one block per SM). Provisional until add_sweep has run.
+# Measured with scripts/gpu/add_sweep.py on an H100 (runs 2 and 3, 2026-11-22, notes/tuning.md): as
+# for add_tma, flat 16 x 256 tiles with several load slots were best (fp32 2927 GB/s with 5 slots,
+# bf16 2905 GB/s with 8), against 2855 / 2872 for the seed's benchmark setting (64 x 128 /
+# 64 x 256 tiles, 3 load and 1 store slots), still covered by the tests.
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 64, "YBLOCK": 128, "num_load_buffers": 3, "num_store_buffers": 1, "num_warps": 4, "ctas_per_sm": 1},
-    2: {"XBLOCK": 64, "YBLOCK": 256, "num_load_buffers": 3, "num_store_buffers": 1, "num_warps": 4, "ctas_per_sm": 1},
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 5, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
+    2: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 8, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
 }
 # Register budget. The load and store partitions hold only scalars: 24 registers per thread,
 # the least setmaxnreg allows (the seed's setting; registers go in multiples of 8 in [24, 256]).
@@ -43,8 +45,7 @@ MAXNREG = 128
 
 
 @gluon.jit
-def _load_partition(a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N,
-                    XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
+def _load_partition(a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
     count, tiles_y = tile_count(M, N, XBLOCK, YBLOCK)
     num_buffers: gl.constexpr = a_bufs.shape[0]
     for i in range(count):
@@ -54,8 +55,20 @@ def _load_partition(a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N
 
 
 @gluon.jit
-def _compute_partition(a_bufs, b_bufs, c_bufs, load_ready, load_empty, c_ready, c_empty, M, N,
-                       XBLOCK: gl.constexpr, YBLOCK: gl.constexpr, layout: gl.constexpr):
+def _compute_partition(
+    a_bufs,
+    b_bufs,
+    c_bufs,
+    load_ready,
+    load_empty,
+    c_ready,
+    c_empty,
+    M,
+    N,
+    XBLOCK: gl.constexpr,
+    YBLOCK: gl.constexpr,
+    layout: gl.constexpr,
+):
     count = tile_count(M, N, XBLOCK, YBLOCK)[0]
     num_store_buffers: gl.constexpr = c_bufs.shape[0]
     for i in range(count):
@@ -95,10 +108,20 @@ def _init_barriers(bars, num: gl.constexpr):
 
 # M and N only place tiles: specializing on their divisibility would recompile per shape class.
 @gluon.jit(do_not_specialize=["M", "N"])
-def add_ws_kernel(a_desc, b_desc, c_desc, M, N,
-                  XBLOCK: gl.constexpr, YBLOCK: gl.constexpr,
-                  num_load_buffers: gl.constexpr, num_store_buffers: gl.constexpr, layout: gl.constexpr,
-                  worker_warps: gl.constexpr, worker_regs: gl.constexpr):
+def add_ws_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    XBLOCK: gl.constexpr,
+    YBLOCK: gl.constexpr,
+    num_load_buffers: gl.constexpr,
+    num_store_buffers: gl.constexpr,
+    layout: gl.constexpr,
+    worker_warps: gl.constexpr,
+    worker_regs: gl.constexpr,
+):
     """Each worker (load, store) runs on ``worker_warps`` warps with ``worker_regs`` registers."""
     dtype: gl.constexpr = a_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [num_load_buffers, XBLOCK, YBLOCK], a_desc.layout)
@@ -118,8 +141,10 @@ def add_ws_kernel(a_desc, b_desc, c_desc, M, N,
     # (A tuple holding a constexpr layout cannot be bound to a name in Gluon: pass it inline.)
     gl.warp_specialize(
         [
-            (_compute_partition,
-             (a_bufs, b_bufs, c_bufs, load_ready, load_empty, c_ready, c_empty, M, N, XBLOCK, YBLOCK, layout)),
+            (
+                _compute_partition,
+                (a_bufs, b_bufs, c_bufs, load_ready, load_empty, c_ready, c_empty, M, N, XBLOCK, YBLOCK, layout),
+            ),
             (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N, XBLOCK, YBLOCK)),
             (_store_partition, (c_desc, c_bufs, c_ready, c_empty, M, N, XBLOCK, YBLOCK)),
         ],

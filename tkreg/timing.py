@@ -1,9 +1,11 @@
 """Device time of GPU work, and the ceilings throughput is measured against.
 
-Each repetition: the L2 cache is flushed (a buffer several times the L2 size is zeroed, queued on
-the stream before the start event, so it also keeps the GPU busy while the host issues the
-launch), then CUDA events bracket the work alone. The figure reported is the median over the
-repetitions, after warm-up runs that keep compilation and first-launch costs out.
+Each repetition: the L2 cache is flushed (a buffer several times the L2 size is zeroed), then
+CUDA events bracket the work alone. The repetitions are queued back to back and read after one
+synchronization, as triton.testing.do_bench does, so the host's launch work for the next
+repetition overlaps the GPU's current one instead of showing up as idle time inside the events.
+The figure reported is the median over the repetitions, after warm-up runs that keep
+compilation and first-launch costs out.
 """
 
 from __future__ import annotations
@@ -78,10 +80,24 @@ class DeviceTimer:
     def reps_for(estimate_ms: float) -> int:
         return max(MIN_REPS, min(MAX_REPS, math.ceil(TARGET_MEASURE_MS / max(estimate_ms, 1e-3))))
 
+    def queue(self, fn: Callable[[], Any], reps: int) -> Callable[[], list[float]]:
+        """Queue ``reps`` flushed, event-bracketed repetitions without waiting; the returned
+        function reads their device times (ms) once the GPU has finished them."""
+        torch = self._torch
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends):
+            self.flush()
+            start.record()
+            fn()
+            end.record()
+        return lambda: [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
     def measure(self, fn: Callable[[], Any]) -> list[float]:
         """Per-repetition device times (ms), warm-up excluded."""
-        reps = self.reps_for(self.warmup(fn))
-        return [self.once(fn) for _ in range(reps)]
+        read = self.queue(fn, self.reps_for(self.warmup(fn)))
+        self._torch.cuda.synchronize()
+        return read()
 
 
 @dataclass(frozen=True)

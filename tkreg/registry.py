@@ -254,7 +254,7 @@ def unmet_requirements(kernel: Kernel, platform: Platform) -> list[str]:
         cap = platform.capability
         assert cap is not None  # Platform.cuda always sets it
         if not lo <= cap <= hi:
-            reasons.append(f"needs {_capability_words(kernel, lo, hi)}; this device is {caps.fmt(cap)}")
+            reasons.append(f"needs {_capability_words(kernel, lo, hi, cap)}; this device is {caps.fmt(cap)}")
     if req.triton is not None:
         have = installed_version("triton")
         if have is None:
@@ -264,14 +264,20 @@ def unmet_requirements(kernel: Kernel, platform: Platform) -> list[str]:
     return reasons
 
 
-def _capability_words(kernel: Kernel, lo: caps.Capability, hi: caps.Capability) -> str:
+def _capability_words(kernel: Kernel, lo: caps.Capability, hi: caps.Capability, cap: caps.Capability) -> str:
+    """The capability needed, and the features that set the bound the device misses."""
     req = kernel.requires
     span = f"capability {caps.fmt(lo)}" if lo == hi else f"capability {caps.fmt(lo)}..{caps.fmt(hi)}"
     if hi == (99, 99):
         span = f"capability >= {caps.fmt(lo)}"
     words = f"{req.arch} ({span})" if req.arch else span
-    tied = [f for f in req.features if FEATURES[f] == (lo, hi) or (req.arch and FEATURES[f][1] != (99, 99))]
-    return f"{words} for {', '.join(tied)}" if tied else words
+    if cap < lo:
+        tied = [f for f in req.features if FEATURES[f][0] == lo]
+    else:
+        tied = [f for f in req.features if FEATURES[f][1] == hi]
+    if tied:
+        return f"{words} for {', '.join(tied)}"
+    return f"{words} ({req.note})" if req.note else words
 
 
 def _version_in(version: str, spec: str) -> bool:

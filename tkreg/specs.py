@@ -127,7 +127,7 @@ def case(sets: tuple[str, ...] = ("default", "full"), variant: str = "", **dims:
     return Case(dims=dims, sets=sets, variant=variant)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Op:
     """The contract every kernel of one computation shares.
 
@@ -190,6 +190,9 @@ class Op:
         if self.peer is not None and not self.peer_name:
             object.__setattr__(self, "peer_name", refs.describe(self.peer).rpartition(":")[2])
 
+    def __repr__(self) -> str:
+        return f"Op({self.name!r}, dtypes={self.dtypes!r}, cases={len(self.cases)})"
+
     def cases_in(self, *case_sets: str) -> tuple[Case, ...]:
         return tuple(c for c in self.cases if any(s in c.sets for s in case_sets))
 
@@ -223,6 +226,7 @@ class Requirements:
     features: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ()
     inputs: Ref | None = None
+    note: str = ""  # why the capability range is what it is, where features do not say it
 
     def validate(self, kernel: str) -> None:
         kind = "kernel"
@@ -304,7 +308,7 @@ class CompileTarget:
                 raise SpecError("kernel", kernel, "targets", f"bad pattern {pattern!r}: {e}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Kernel:
     """One implementation of an op.
 
@@ -366,6 +370,9 @@ class Kernel:
             object.__setattr__(self, f, tuple(dict(c) for c in value))
         if not isinstance(self.priority, int):
             raise SpecError(kind, self.name, "priority", f"must be an integer, got {self.priority!r}")
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name!r}, op={self.op!r})"
 
     @property
     def default_config(self) -> dict[str, ParamValue]:

@@ -99,3 +99,14 @@ def test_current_platform_without_a_driver_is_the_interpreter(monkeypatch: pytes
         assert platform.current() == tkreg.Platform.interpreter()
     finally:
         platform.current.cache_clear()
+
+
+def test_a_stated_note_explains_a_bound_no_feature_sets() -> None:
+    k = kernel(
+        "k",
+        requires=tkreg.Requirements(min_capability="9.0", max_capability="10.3", features=("tma",), note="tiles need 150 KiB"),
+    )
+    assert unmet_requirements(k, tkreg.Platform.cuda("12.0")) == [
+        "needs capability 9.0..10.3 (tiles need 150 KiB); this device is 12.0"
+    ]
+    assert unmet_requirements(k, tkreg.Platform.cuda("8.0")) == ["needs capability 9.0..10.3 for tma; this device is 8.0"]

@@ -296,5 +296,5 @@ def _why_below(v: Verdict, better: Verdict) -> str:
     if v.kernel.priority != better.kernel.priority:
         return f"ranked below {better.kernel.name}: priority {v.kernel.priority} < {better.kernel.priority}"
     if v.score is not None and better.score is not None and v.score != better.score:
-        return f"ranked below {better.kernel.name}: {v.ranking} vs {better.ranking}"
+        return f"ranked below {better.kernel.name}: score {v.score:g} < {better.score:g} ({v.ranking})"
     return f"ranked below {better.kernel.name}: same priority, ordered by name"

@@ -140,3 +140,20 @@ def test_ranking_reads_the_measured_table() -> None:
 def test_bench_shapes_are_their_own_class(m: int, n: int, cls: str) -> None:
     assert ranking.shape_class(m, n) == cls
     assert ranking.CLASSES[cls] == f"{m}x{n}"
+
+
+def test_the_shipped_table_covers_every_bench_shape_and_kernel() -> None:
+    table = ranking.measured()
+    assert table["device"].startswith("NVIDIA") and table["date"] and table["command"]
+    for shape in ranking.CLASSES.values():
+        for dtype in ("float32", "bfloat16"):
+            assert set(table["gbps"][shape][dtype]) == set(LAUNCHERS), (shape, dtype)
+
+
+def test_lookup_with_inputs_ranks_by_measured_speed_and_says_why(registry: tkreg.Registry) -> None:
+    narrow = torch.empty(4096, 32, dtype=torch.bfloat16)
+    verdicts = [v for v in registry.explain("sum_row", (9, 0), inputs=(narrow,)) if v.runs]
+    scores = [v.score for v in verdicts]
+    assert scores == sorted(scores, reverse=True)
+    assert "measured at 1048576x32 (narrow rows" in verdicts[0].ranking
+    assert verdicts[1].ranking.startswith(f"ranked below {verdicts[0].kernel.name}: ")

@@ -83,6 +83,19 @@ def test_unmet_requirements_skip_with_the_reason(toy: pytest.Pytester) -> None:
     )
 
 
+def test_declared_input_constraints_require_a_clean_refusal(toy: pytest.Pytester) -> None:
+    result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_refuses,toy_claims_but_runs", "-m", "tkreg_correctness", "-v")
+    # 3 cases x 2 dtypes each; the 5x1 case is the rejected one
+    result.assert_outcomes(passed=10, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*::toy_claims_but_runs[[]fp32-5x1[]] FAILED*",
+            "*::toy_refuses[[]fp32-5x1[]] PASSED*",
+            "*toy_claims_but_runs declares it cannot take these inputs (x has 1 column*did not raise tkreg.InputError*",
+        ]
+    )
+
+
 def test_compile_items_check_the_generated_code(toy: pytest.Pytester) -> None:
     result = toy.runpytest("--tkreg", "-m", "tkreg_compile", "-v")
     # toy_scale: 2 configs in fp32 + fp16 with the default config, for sm_80

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .aot import CompiledCode, TargetCheck, compile_and_check
+from .harness import resolve_config
 
 
 class CompileFailed(RuntimeError):
@@ -42,9 +43,7 @@ def compile_request(registry: Any, request: dict[str, Any], save_dir: str | None
     may compile (this one when no interpreter is active, else the worker)."""
     kernel = registry.kernel(request["kernel"])
     target = next(t for t in kernel.targets if t.arch == request["arch"])
-    config = dict(request["config"])
-    if isinstance(config.get("scheduler"), str):
-        config["scheduler"] = registry.scheduler(config["scheduler"])
+    config = resolve_config(registry, request["config"])
     check, code = compile_and_check(kernel, target, request["dtype"], config)
     response: dict[str, Any] = {"ok": True, "check": asdict(check)}
     if request.get("want_code"):
@@ -141,22 +140,16 @@ def compile_installed(kernel: str, arch: str, dtype: str, config: dict[str, Any]
     must pass both in plain pytest and under ``pytest --tkreg`` on a CPU machine."""
     from .inputs import interpreter_active
 
-    request = {"item": f"{kernel}-{arch}-{dtype}", "kernel": kernel, "arch": arch, "dtype": dtype, "config": config}
+    item = f"{kernel}-{arch}-{dtype}"
+    request = {"item": item, "kernel": kernel, "arch": arch, "dtype": dtype, "config": config, "want_code": True}
     if interpreter_active():
         if not _shared_worker:
             _shared_worker.append(WorkerClient([], None))
             atexit.register(_shared_worker[0].close)
-        code = _shared_worker[0].request({**request, "want_code": True}, timeout_s)["code"]
-        return CompiledCode(**code)
+        return CompiledCode(**_shared_worker[0].request(request, timeout_s)["code"])
     from . import default_registry
 
-    registry = default_registry()
-    k = registry.kernel(kernel)
-    target = next(t for t in k.targets if t.arch == arch)
-    config = dict(config)
-    if isinstance(config.get("scheduler"), str):
-        config["scheduler"] = registry.scheduler(config["scheduler"])
-    return compile_and_check(k, target, dtype, config)[1]
+    return CompiledCode(**compile_request(default_registry(), request, None)["code"])
 
 
 if __name__ == "__main__":

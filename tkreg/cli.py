@@ -11,21 +11,13 @@ from typing import Any
 from . import __version__, refs
 from . import capability as caps
 from .loading import ENV_VAR, build_registry, selected_names
-from .platform import Platform, current, installed_version
+from .platform import current, installed_version, platform_for
 from .registry import Registry, unmet_requirements
 from .specs import config_id
 
 
-def _platform(args: argparse.Namespace) -> Platform:
-    if args.capability is None:
-        return current()
-    if args.capability == "interpreter":
-        return Platform.interpreter()
-    return Platform.cuda(args.capability)
-
-
 def cmd_list(registry: Registry, args: argparse.Namespace) -> int:
-    where = _platform(args)
+    where = platform_for(args.capability)
     rows = []
     for kernel in registry.kernels(args.op):
         reasons = unmet_requirements(kernel, where)
@@ -66,7 +58,7 @@ def _env_plugins() -> str:
 def cmd_info(registry: Registry, args: argparse.Namespace) -> int:
     kernel = registry.kernel(args.kernel)
     op = registry.op(kernel.op)
-    where = _platform(args)
+    where = platform_for(args.capability)
     reasons = unmet_requirements(kernel, where)
     req = kernel.requires
     lo, hi = req.capability_range()

@@ -15,7 +15,7 @@ from . import dtypes
 from .registry import Registry
 from .specs import Case, Kernel, config_id
 
-KINDS = ("correctness", "compile", "bench")
+KINDS = ("correctness", "compile", "bench")  # item kinds, each with its marker tkreg_<kind>
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,6 @@ class ItemSpec:
     case: Case | None = None
     config: dict[str, Any] = field(default_factory=dict)
     arch: str | None = None
-    plugin: str = ""
 
     @property
     def group(self) -> str:
@@ -75,30 +74,27 @@ def generate(registry: Registry, selection: Selection) -> list[ItemSpec]:
     for op in registry.ops():
         kernels = [k for k in registry.kernels(op.name) if selection.wants(registry, k)]
         for kernel in kernels:
-            plugin = registry.owner(kernel).name
             kernel_dtypes = registry.kernel_dtypes(kernel)
             for config in registry.configs(kernel):
                 for dtype in kernel_dtypes:
                     for case in op.cases_in(*case_sets):
-                        items.append(ItemSpec("correctness", op.name, kernel.name, dtype, case, config, plugin=plugin))
+                        items.append(ItemSpec("correctness", op.name, kernel.name, dtype, case, config))
             compile_configs = registry.configs(kernel, "compile")
-            items.extend(_compile_items(kernel, kernel_dtypes, compile_configs, selection.full, op.name, plugin))
+            items.extend(_compile_items(kernel, kernel_dtypes, compile_configs, selection.full, op.name))
         if selection.bench:
             items.extend(_bench_items(registry, op.name, kernels))
     return items
 
 
 def _compile_items(
-    kernel: Kernel, kernel_dtypes: tuple[str, ...], configs: list[dict[str, Any]], full: bool, op: str, plugin: str
+    kernel: Kernel, kernel_dtypes: tuple[str, ...], configs: list[dict[str, Any]], full: bool, op: str
 ) -> list[ItemSpec]:
     """Every config in the kernel's first dtype, and every dtype with the default config;
     --tkreg-full compiles the whole cross product."""
     pairs = [(c, d) for c in configs for d in kernel_dtypes]
     if not full:
         pairs = [(c, d) for c, d in pairs if d == kernel_dtypes[0] or c == configs[0]]
-    return [
-        ItemSpec("compile", op, kernel.name, d, None, c, arch=t.arch, plugin=plugin) for t in kernel.targets for c, d in pairs
-    ]
+    return [ItemSpec("compile", op, kernel.name, d, None, c, arch=t.arch) for t in kernel.targets for c, d in pairs]
 
 
 def _bench_items(registry: Registry, op_name: str, kernels: list[Kernel]) -> list[ItemSpec]:
@@ -113,6 +109,5 @@ def _bench_items(registry: Registry, op_name: str, kernels: list[Kernel]) -> lis
                 if dtype not in registry.kernel_dtypes(kernel):
                     continue
                 for config in registry.configs(kernel, "bench"):
-                    plugin = registry.owner(kernel).name
-                    items.append(ItemSpec("bench", op.name, kernel.name, dtype, case, config, plugin=plugin))
+                    items.append(ItemSpec("bench", op.name, kernel.name, dtype, case, config))
     return items

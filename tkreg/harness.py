@@ -1,4 +1,5 @@
-"""Run one kernel on one case and check it against the op's float64 reference.
+"""Run one kernel on one case and check it against the op's float64 reference (or, where the
+kernel declares it cannot take the case's inputs, check that its launcher refuses them).
 
 Used by the generated pytest items and by scripts. Inputs are fresh seeded random data; the output
 is poisoned (NaN) before the launch so unwritten elements fail; a launch that does not finish by
@@ -33,9 +34,10 @@ _wedged_by: list[str] = []
 
 @dataclass
 class CheckResult:
-    comparison: Comparison
+    comparison: Comparison | None  # None when the inputs were rejected (see ``rejected``)
     seed: int
     context: str
+    rejected: tuple[str, ...] = ()  # the kernel's declared reasons for refusing these inputs
 
 
 def seed_for(item_id: str, base_seed: int) -> int:
@@ -121,6 +123,18 @@ def run_check(
     params = resolve_config(registry, config)
     inputs = make_inputs(op, case, dtype, seed, device)
     out = poisoned_output(op, inputs)
+    context = f"{kernel.name} on {op.name} {case.id} {dtype} config={config} seed={seed} device={device}"
+    rejected = input_constraint_reasons(kernel, inputs, config)
+    if rejected:
+        # The kernel declares it cannot take these inputs: its launcher must refuse them cleanly.
+        try:
+            kernel.load()(*inputs, out=out, **params)
+        except InputError:
+            return CheckResult(None, seed, context, tuple(rejected))
+        raise AssertionError(
+            f"{kernel.name} declares it cannot take these inputs ({'; '.join(rejected)}) but its launcher "
+            f"did not raise tkreg.InputError ({context})"
+        )
     what = f"{kernel.name}[{dtypes.short(dtype)}-{case.id}]"
     wait(device, deadline_s, "input generation")
     result = kernel.load()(*inputs, out=out, **params)
@@ -131,35 +145,7 @@ def run_check(
     # The best a kernel can return is the exact result rounded once to the output dtype.
     ref = ref.to(out.dtype).double()
     comparison = compare(out, ref, op.tolerance(dtype, case), unwritten=unwritten_mask(out))
-    context = f"{kernel.name} on {op.name} {case.id} {dtype} config={config} seed={seed} device={device}"
     return CheckResult(comparison, seed, context)
-
-
-def input_rejections(
-    registry: Registry, kernel: Kernel, case: Case, dtype: str, config: dict[str, Any], seed: int, device: str
-) -> list[str]:
-    """The reasons the kernel's declared input constraints give for this case's inputs."""
-    if kernel.requires.inputs is None:
-        return []
-    inputs = make_inputs(registry.op(kernel.op), case, dtype, seed, device)
-    return input_constraint_reasons(kernel, inputs, config)
-
-
-def expect_rejection(
-    registry: Registry, kernel: Kernel, case: Case, dtype: str, config: dict[str, Any], seed: int, device: str, reasons: list[str]
-) -> None:
-    """A kernel whose constraints reject the inputs must raise InputError before launching."""
-    op = registry.op(kernel.op)
-    inputs = make_inputs(op, case, dtype, seed, device)
-    out = poisoned_output(op, inputs)
-    try:
-        kernel.load()(*inputs, out=out, **resolve_config(registry, config))
-    except InputError:
-        return
-    raise AssertionError(
-        f"{kernel.name} declares it cannot take these inputs ({'; '.join(reasons)}) but its launcher did not raise "
-        f"tkreg.InputError (case {case.id}, {dtype}, seed={seed})"
-    )
 
 
 def resolve_config(registry: Registry, config: dict[str, Any]) -> dict[str, Any]:

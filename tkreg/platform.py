@@ -36,6 +36,17 @@ class Platform:
         return f"{self.name} ({label})" if self.name else label
 
 
+def platform_for(capability: str | caps.Capability | Platform | None) -> Platform:
+    """None: this machine; "interpreter"; else a GPU capability ("9.0", (9, 0), "sm_90")."""
+    if capability is None:
+        return current()
+    if isinstance(capability, Platform):
+        return capability
+    if capability == "interpreter":
+        return Platform.interpreter()
+    return Platform.cuda(capability)
+
+
 # CUdevice_attribute values from cuda.h
 _ATTR_MAJOR = 75
 _ATTR_MINOR = 76

@@ -244,7 +244,9 @@ class OutcomeCounter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if "tkreg" not in report.keywords or not (report.when == "call" or report.outcome != "passed"):
             return
-        kind = next((k for k in ("correctness", "compile", "bench") if f"tkreg_{k}" in report.keywords), "plugin")
+        from .generation import KINDS
+
+        kind = next((k for k in KINDS if f"tkreg_{k}" in report.keywords), "plugin")
         self.counts[kind, report.outcome] += 1
 
 

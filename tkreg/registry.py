@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from . import capability as caps
 from . import dtypes, refs
 from .errors import RegistrationError, UnknownNameError
-from .platform import Platform, current, installed_version
+from .platform import Platform, installed_version, platform_for
 from .specs import FEATURES, Kernel, Op, Scheduler
 
 
@@ -175,7 +175,7 @@ class Registry:
         must also live where it runs; a given capability is a hypothetical device, so only the
         inputs' dtypes, shapes, strides and alignment are judged."""
         self.op(op)
-        platform = _platform(capability)
+        platform = platform_for(capability)
         here = capability is None
         verdicts = [self._judge(k, platform, inputs, here) for k in self.kernels(op)]
         runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
@@ -230,16 +230,6 @@ def input_constraint_reasons(kernel: Kernel, inputs: Sequence[Any], config: dict
     if "config" in inspect.signature(check).parameters:
         return list(check(*inputs, config=config))
     return list(check(*inputs))
-
-
-def _platform(capability: str | caps.Capability | Platform | None) -> Platform:
-    if capability is None:
-        return current()
-    if isinstance(capability, Platform):
-        return capability
-    if capability == "interpreter":
-        return Platform.interpreter()
-    return Platform.cuda(capability)
 
 
 def unmet_requirements(kernel: Kernel, platform: Platform) -> list[str]:

@@ -118,18 +118,24 @@ def measure_ceilings(timer: DeviceTimer) -> Ceilings:
     import torch
 
     n = MATMUL_CEILING_SIZE
-    copy_ms = _median_ms(timer, lambda: torch.empty(COPY_CEILING_BYTES // 4, device="cuda").normal_(), "copy_")
-    mm_ms = _median_ms(timer, lambda: torch.randn(n, n, device="cuda", dtype=torch.bfloat16), "matmul")
     name = torch.cuda.get_device_name()
-    return Ceilings(2 * COPY_CEILING_BYTES / (copy_ms / 1e3), 2 * n**3 / (mm_ms / 1e3), name)
+    return Ceilings(2 * COPY_CEILING_BYTES / (_copy_ms(timer) / 1e3), 2 * n**3 / (_matmul_ms(timer, n) / 1e3), name)
 
 
-def _median_ms(timer: DeviceTimer, make: Callable[[], Any], how: str) -> float:
-    """Median device time of ``src -> dst`` by copy or by matmul; buffers freed on return."""
+def _copy_ms(timer: DeviceTimer) -> float:
+    """Median device time of a COPY_CEILING_BYTES copy (buffers freed on return)."""
     import torch
 
-    src, other = make(), make()
+    src = torch.empty(COPY_CEILING_BYTES // 4, device="cuda").normal_()
     dst = torch.empty_like(src)
-    if how == "copy_":
-        return statistics.median(timer.measure(lambda: dst.copy_(src)))
-    return statistics.median(timer.measure(lambda: torch.matmul(src, other, out=dst)))
+    return statistics.median(timer.measure(lambda: dst.copy_(src)))
+
+
+def _matmul_ms(timer: DeviceTimer, n: int) -> float:
+    """Median device time of a bf16 n^3 cuBLAS matmul on random data."""
+    import torch
+
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    return statistics.median(timer.measure(lambda: torch.matmul(a, b, out=c)))

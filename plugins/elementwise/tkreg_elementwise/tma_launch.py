@@ -1,10 +1,9 @@
 """Host side of the two TMA add kernels: resolving and checking a tile config, building the
-descriptors, the persistent grid, the launch and the ahead-of-time spec. Every check runs before
+descriptors, the grid, the launch and the ahead-of-time spec. Every check runs before
 anything touches CUDA, so bad inputs and configs fail the same way on a machine with no GPU."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,10 @@ MBARRIER_BYTES = 16
 TMA_BOX_MAX = 256
 TMA_INNER_MIN_BYTES = 16
 # Parameters every TMA add kernel takes, besides its buffer counts.
-TILE_PARAMS = ("XBLOCK", "YBLOCK", "num_warps", "ctas_per_sm")
+TILE_PARAMS = ("XBLOCK", "YBLOCK", "num_warps", "tiles_per_program", "swizzle")
+# NVMMA swizzle widths in bytes (0: none). A swizzled TMA box is at most one swizzle wide, so a
+# wider tile row costs several copies; only the tensor cores need swizzling.
+SWIZZLES = (0, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class TmaAddKernel:
 
     def resolve(self, dtype: str, given: Mapping[str, Any]) -> dict[str, Any]:
         """The dtype's default overridden by the parameters given (None = default); ValueError
-        for parameters TMA, shared memory or the kernel cannot take."""
+        for parameters TMA, shared memory or the kernel cannot take. Slot counts are capped at
+        tiles_per_program: a program never has more tiles in flight than it handles."""
         known = (*TILE_PARAMS, self.load_buffers, "num_store_buffers")
         unknown = sorted(set(given) - set(known))
         if unknown:
@@ -52,11 +55,16 @@ class TmaAddKernel:
         config = {**self.defaults[dtypes.ITEMSIZE[dtype]], **{k: v for k, v in given.items() if v is not None}}
         problems = [
             f"{k} must be an integer >= 1, got {config[k]!r}"
-            for k in (self.load_buffers, "num_store_buffers", "ctas_per_sm")
+            for k in (self.load_buffers, "num_store_buffers", "tiles_per_program")
             if not isinstance(config[k], int) or config[k] < 1
         ]
+        if not problems:
+            for k in (self.load_buffers, "num_store_buffers"):
+                config[k] = min(config[k], config["tiles_per_program"])
         if config["num_warps"] not in self.warps:
             problems.append(f"num_warps must be one of {self.warps}, got {config['num_warps']!r}")
+        if config["swizzle"] not in SWIZZLES:
+            problems.append(f"swizzle must be one of {SWIZZLES} (bytes), got {config['swizzle']!r}")
         if not problems:
             problems = _tile_problems(dtype, config, smem_tiles=2 * config[self.load_buffers] + config["num_store_buffers"])
         if problems:
@@ -75,11 +83,11 @@ class TmaAddKernel:
         dtype = dtypes.name_of(a.dtype)
         config = self.resolve(dtype, params)
         block = [config["XBLOCK"], config["YBLOCK"]]
-        descs = descriptor(a, block, "a"), descriptor(b, block, "b"), descriptor(out, block, "out")
+        layout = smem_layout(dtype, config)
+        descs = tuple(descriptor(t, block, name, layout) for t, name in ((a, "a"), (b, "b"), (out, "out")))
         m, n = a.shape
-        self.fn[persistent_grid(a, config)](
-            *descs, m, n, **self.kernel_args(dtype, config), num_warps=config["num_warps"], **self.options
-        )
+        args = self.kernel_args(dtype, config)
+        self.fn[grid(m, n, config)](*descs, m, n, config["tiles_per_program"], **args, num_warps=config["num_warps"], **self.options)
         return out
 
     def aot(self, dtype: str, given: Mapping[str, Any]) -> AotSpec:
@@ -87,14 +95,21 @@ class TmaAddKernel:
         compile serves every shape)."""
         config = self.resolve(dtype, given)
         args = self.kernel_args(dtype, config)
-        desc = descriptor_signature(dtype, [config["XBLOCK"], config["YBLOCK"]])
-        signature = {"a_desc": desc, "b_desc": desc, "c_desc": desc, "M": "i32", "N": "i32"}
+        desc = descriptor_signature(dtype, [config["XBLOCK"], config["YBLOCK"]], smem_layout(dtype, config))
+        signature = {"a_desc": desc, "b_desc": desc, "c_desc": desc, "M": "i32", "N": "i32", "per_program": "i32"}
         return AotSpec(
             fn=self.fn,
             signature={**signature, **dict.fromkeys(args, "constexpr")},
             constexprs=args,
             options={"num_warps": config["num_warps"], **self.options},
         )
+
+
+def smem_layout(dtype: str, config: Mapping[str, Any]) -> Any:
+    """The shared-memory layout of a config's tiles (TMA's box follows it)."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout(swizzle_byte_width=config["swizzle"], element_bitwidth=8 * dtypes.ITEMSIZE[dtype], rank=2)
 
 
 def _tile_problems(dtype: str, config: Mapping[str, Any], smem_tiles: int) -> list[str]:
@@ -111,6 +126,9 @@ def _tile_problems(dtype: str, config: Mapping[str, Any], smem_tiles: int) -> li
         return problems
     if yblock * itemsize < TMA_INNER_MIN_BYTES:
         return [f"YBLOCK={yblock} {dtype} is {yblock * itemsize} bytes; a TMA box row needs >= {TMA_INNER_MIN_BYTES}"]
+    if yblock * itemsize < config["swizzle"]:
+        row = f"YBLOCK={yblock} {dtype} is {yblock * itemsize} bytes"
+        return [f"swizzle={config['swizzle']} needs tile rows of at least that many bytes; {row}"]
     smem = smem_tiles * (xblock * yblock * itemsize + MBARRIER_BYTES)
     if smem > SMEM_PER_BLOCK:
         tiles = f"{smem_tiles} tiles of {xblock}x{yblock} {dtype}"
@@ -118,15 +136,7 @@ def _tile_problems(dtype: str, config: Mapping[str, Any], smem_tiles: int) -> li
     return []
 
 
-@functools.cache
-def sm_count(device_index: int) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def persistent_grid(t: Any, config: Mapping[str, Any]) -> tuple[int]:
-    """ctas_per_sm programs per SM, never more programs than tiles."""
-    m, n = t.shape
+def grid(m: int, n: int, config: Mapping[str, Any]) -> tuple[int]:
+    """One program per run of tiles_per_program consecutive tiles (tkreg_elementwise.tma_tiles)."""
     tiles = -(-m // config["XBLOCK"]) * -(-n // config["YBLOCK"])
-    return (min(tiles, sm_count(t.device.index) * config["ctas_per_sm"]),)
+    return (-(-tiles // config["tiles_per_program"]),)

@@ -1,10 +1,12 @@
 """Gluon pieces the two TMA add kernels (tkreg-tma-elementwise, tkreg-warp-specialized-add)
-share: the persistent tile order and the register layout for shared-memory round trips.
-Imports triton; only kernel modules import it.
+share: the tile order and the register layout for shared-memory round trips. Imports triton;
+only kernel modules import it.
 
-Both kernels are persistent: program p of P handles tiles p, p + P, p + 2P, ... of the row-major
-grid of (XBLOCK, YBLOCK) tiles, so the programs working at one moment read neighbouring tiles and
-every SM gets the same number of tiles, give or take one (no tail wave).
+Program p handles the ``per_program`` consecutive tiles p * per_program, p * per_program + 1, ...
+of the row-major grid of (XBLOCK, YBLOCK) tiles, and the launch has one program per such run.
+The hardware starts programs in order, so the tiles in flight at any moment are one compact
+stretch of memory. A persistent grid (one program per SM, tiles p, p + P, p + 2P, ...) was 3-4%
+slower at 32768^2 on an H100 whatever the tile, depth or programs per SM (notes/tuning.md, run 7).
 """
 
 from __future__ import annotations
@@ -21,29 +23,30 @@ THREADS_PER_WARP = 32
 
 
 @gluon.jit
-def tile_count(M, N, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
-    """(tiles this program handles, tiles per row). The grid never exceeds the tile count, so
+def tile_count(M, N, per_program, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
+    """(tiles this program handles, tiles per row). The grid is cdiv(tiles, per_program), so
     every program has at least one."""
     tiles_y = gl.cdiv(N, YBLOCK)
     tiles = gl.cdiv(M, XBLOCK) * tiles_y
-    pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    return gl.cdiv(tiles - pid, nprog), tiles_y
+    first = gl.program_id(0) * per_program
+    return gl.minimum(tiles - first, per_program), tiles_y
 
 
 @gluon.jit
-def tile_origin(i, tiles_y, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
+def tile_origin(i, tiles_y, per_program, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
     """Element coordinates of this program's i-th tile."""
-    t = gl.program_id(0) + i * gl.num_programs(0)
+    t = gl.program_id(0) * per_program + i
     return (t // tiles_y) * XBLOCK, (t % tiles_y) * YBLOCK
 
 
 @gluon.jit
-def load_tiles(a_desc, b_desc, a_bufs, b_bufs, ready, slot, i, count, tiles_y, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
+def load_tiles(
+    a_desc, b_desc, a_bufs, b_bufs, ready, slot, i, count, tiles_y, per_program, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr
+):
     """Start the TMA loads of this program's i-th A and B tiles (if it has an i-th) into ``slot``;
     ready[slot] completes its phase when both have landed."""
     pred = i < count
-    xoff, yoff = tile_origin(i, tiles_y, XBLOCK, YBLOCK)
+    xoff, yoff = tile_origin(i, tiles_y, per_program, XBLOCK, YBLOCK)
     bar = ready.index(slot)
     mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(a_desc, [xoff, yoff], bar, a_bufs.index(slot), pred=pred)

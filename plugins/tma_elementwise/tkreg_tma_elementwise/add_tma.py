@@ -1,6 +1,6 @@
-"""``add_tma``: C = A + B in Gluon with TMA, software-pipelined and persistent.
+"""``add_tma``: C = A + B in Gluon with TMA, software-pipelined.
 
-Each program walks its tiles (see tkreg_elementwise.tma_tiles) with ``num_buffers`` slots of A and
+Each program walks its run of tiles (see tkreg_elementwise.tma_tiles) with ``num_buffers`` slots of A and
 B tiles in shared memory: the TMA loads of the next ``num_buffers - 1`` tiles are in flight while
 one is added; a slot is refilled as soon as its tiles are in registers. Results go out through
 ``num_store_buffers`` shared tiles and TMA stores, which run in the background until the slot is
@@ -27,26 +27,27 @@ from tkreg.aot import AotSpec
 # columns) with 4 to 8 load slots and 2 store slots were best (fp32 2930 GB/s, bf16 2904 GB/s,
 # against 2855 / 2870 for the first default, 64 x 128 / 64 x 256 with 3 slots).
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
-    2: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 8, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1, "swizzle": 128},
+    2: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 8, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1, "swizzle": 128},
 }
 
 
-# M and N only place tiles: specializing on their divisibility would recompile per shape class.
-@gluon.jit(do_not_specialize=["M", "N"])
+# M, N and per_program only place tiles: specializing on their divisibility would recompile per shape class.
+@gluon.jit(do_not_specialize=["M", "N", "per_program"])
 def add_tma_kernel(
     a_desc,
     b_desc,
     c_desc,
     M,
     N,
+    per_program,
     XBLOCK: gl.constexpr,
     YBLOCK: gl.constexpr,
     num_buffers: gl.constexpr,
     num_store_buffers: gl.constexpr,
     layout: gl.constexpr,
 ):
-    count, tiles_y = tile_count(M, N, XBLOCK, YBLOCK)
+    count, tiles_y = tile_count(M, N, per_program, XBLOCK, YBLOCK)
     dtype: gl.constexpr = a_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [num_buffers, XBLOCK, YBLOCK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [num_buffers, XBLOCK, YBLOCK], b_desc.layout)
@@ -56,19 +57,19 @@ def add_tma_kernel(
         mbarrier.init(ready.index(s), count=1)
 
     for s in gl.static_range(num_buffers):
-        load_tiles(a_desc, b_desc, a_bufs, b_bufs, ready, s, s, count, tiles_y, XBLOCK, YBLOCK)
+        load_tiles(a_desc, b_desc, a_bufs, b_bufs, ready, s, s, count, tiles_y, per_program, XBLOCK, YBLOCK)
 
     for i in range(count):
         a, b, slot = take_tiles(a_bufs, b_bufs, ready, i, layout)
         # The slot's tiles are in registers (and fenced): refill it with the tile num_buffers ahead.
-        load_tiles(a_desc, b_desc, a_bufs, b_bufs, ready, slot, i + num_buffers, count, tiles_y, XBLOCK, YBLOCK)
+        load_tiles(a_desc, b_desc, a_bufs, b_bufs, ready, slot, i + num_buffers, count, tiles_y, per_program, XBLOCK, YBLOCK)
 
         c_slot = c_bufs.index(i % num_store_buffers)
         # The store that last used this slot (num_store_buffers tiles ago) must have read it.
         tma.store_wait(num_store_buffers - 1)
         c_slot.store(a + b)
         fence_async_shared()  # the shared store must be visible to the TMA store (async proxy)
-        xoff, yoff = tile_origin(i, tiles_y, XBLOCK, YBLOCK)
+        xoff, yoff = tile_origin(i, tiles_y, per_program, XBLOCK, YBLOCK)
         tma.async_copy_shared_to_global(c_desc, [xoff, yoff], c_slot)
 
     tma.store_wait(0)
@@ -90,7 +91,7 @@ KERNEL = TmaAddKernel(
 def add_tma(a: Any, b: Any, out: Any = None, **params: Any) -> Any:
     """out = a + b for 2-D float32/float16/bfloat16 CUDA tensors TMA can address (16-byte aligned
     base and row stride, last stride 1). Parameters: XBLOCK, YBLOCK, num_buffers,
-    num_store_buffers, num_warps, ctas_per_sm; missing ones take the dtype's default."""
+    num_store_buffers, num_warps, tiles_per_program, swizzle; missing ones take the dtype's default."""
     return KERNEL.launch(a, b, out, params)
 
 

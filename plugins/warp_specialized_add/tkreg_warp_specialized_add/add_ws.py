@@ -9,8 +9,8 @@ of C tiles in shared memory:
   a slot once its store has read it.
 Every slot has a "ready" and an "empty" mbarrier (count 1). A fresh mbarrier counts as having
 completed the phase before phase 0, so producers wait on the opposite parity first and start at
-once. Unlike the seed (one program per row of tiles), the kernel is persistent: every partition
-walks the same tile sequence (tkreg_elementwise.tma_tiles), so only the tile count is shared.
+once. Unlike the seed (one program per row of tiles), a program handles a run of
+tiles_per_program tiles; every partition walks the same run (tkreg_elementwise.tma_tiles).
 
 Exact for the reasons given in tkreg_elementwise.add_triton (one add, innocuous double rounding).
 """
@@ -32,8 +32,10 @@ from tkreg.aot import AotSpec
 # bf16 2905 GB/s with 8), against 2855 / 2872 for the seed's benchmark setting (64 x 128 /
 # 64 x 256 tiles, 3 load and 1 store slots), still covered by the tests.
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 5, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
-    2: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 8, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1},
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 5, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1,
+        "swizzle": 128},
+    2: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 8, "num_store_buffers": 2, "num_warps": 4, "ctas_per_sm": 1,
+        "swizzle": 128},
 }
 # Register budget. The load and store partitions hold only scalars: 24 registers per thread,
 # the least setmaxnreg allows (the seed's setting; registers go in multiples of 8 in [24, 256]).
@@ -45,13 +47,15 @@ MAXNREG = 128
 
 
 @gluon.jit
-def _load_partition(a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
-    count, tiles_y = tile_count(M, N, XBLOCK, YBLOCK)
+def _load_partition(
+    a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N, per_program, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr
+):
+    count, tiles_y = tile_count(M, N, per_program, XBLOCK, YBLOCK)
     num_buffers: gl.constexpr = a_bufs.shape[0]
     for i in range(count):
         slot = i % num_buffers
         mbarrier.wait(load_empty.index(slot), ((i // num_buffers) & 1) ^ 1)
-        load_tiles(a_desc, b_desc, a_bufs, b_bufs, load_ready, slot, i, count, tiles_y, XBLOCK, YBLOCK)
+        load_tiles(a_desc, b_desc, a_bufs, b_bufs, load_ready, slot, i, count, tiles_y, per_program, XBLOCK, YBLOCK)
 
 
 @gluon.jit
@@ -65,11 +69,12 @@ def _compute_partition(
     c_empty,
     M,
     N,
+    per_program,
     XBLOCK: gl.constexpr,
     YBLOCK: gl.constexpr,
     layout: gl.constexpr,
 ):
-    count = tile_count(M, N, XBLOCK, YBLOCK)[0]
+    count = tile_count(M, N, per_program, XBLOCK, YBLOCK)[0]
     num_store_buffers: gl.constexpr = c_bufs.shape[0]
     for i in range(count):
         # In registers and fenced against the loader's next TMA write into the slot: free it.
@@ -84,14 +89,14 @@ def _compute_partition(
 
 
 @gluon.jit
-def _store_partition(c_desc, c_bufs, c_ready, c_empty, M, N, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
-    count, tiles_y = tile_count(M, N, XBLOCK, YBLOCK)
+def _store_partition(c_desc, c_bufs, c_ready, c_empty, M, N, per_program, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
+    count, tiles_y = tile_count(M, N, per_program, XBLOCK, YBLOCK)
     num_buffers: gl.constexpr = c_bufs.shape[0]
     in_flight: gl.constexpr = num_buffers - 1
     for i in range(count):
         slot = i % num_buffers
         mbarrier.wait(c_ready.index(slot), (i // num_buffers) & 1)
-        xoff, yoff = tile_origin(i, tiles_y, XBLOCK, YBLOCK)
+        xoff, yoff = tile_origin(i, tiles_y, per_program, XBLOCK, YBLOCK)
         tma.async_copy_shared_to_global(c_desc, [xoff, yoff], c_bufs.index(slot))
         # Once at most in_flight stores are pending, the one issued in_flight tiles ago has read
         # its slot, (i - in_flight) mod num_buffers == (i + 1) mod num_buffers: free it.
@@ -106,14 +111,15 @@ def _init_barriers(bars, num: gl.constexpr):
         mbarrier.init(bars.index(s), count=1)
 
 
-# M and N only place tiles: specializing on their divisibility would recompile per shape class.
-@gluon.jit(do_not_specialize=["M", "N"])
+# M, N and per_program only place tiles: specializing on their divisibility would recompile per shape class.
+@gluon.jit(do_not_specialize=["M", "N", "per_program"])
 def add_ws_kernel(
     a_desc,
     b_desc,
     c_desc,
     M,
     N,
+    per_program,
     XBLOCK: gl.constexpr,
     YBLOCK: gl.constexpr,
     num_load_buffers: gl.constexpr,
@@ -143,10 +149,10 @@ def add_ws_kernel(
         [
             (
                 _compute_partition,
-                (a_bufs, b_bufs, c_bufs, load_ready, load_empty, c_ready, c_empty, M, N, XBLOCK, YBLOCK, layout),
+                (a_bufs, b_bufs, c_bufs, load_ready, load_empty, c_ready, c_empty, M, N, per_program, XBLOCK, YBLOCK, layout),
             ),
-            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N, XBLOCK, YBLOCK)),
-            (_store_partition, (c_desc, c_bufs, c_ready, c_empty, M, N, XBLOCK, YBLOCK)),
+            (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, load_ready, load_empty, M, N, per_program, XBLOCK, YBLOCK)),
+            (_store_partition, (c_desc, c_bufs, c_ready, c_empty, M, N, per_program, XBLOCK, YBLOCK)),
         ],
         [worker_warps, worker_warps],
         [worker_regs, worker_regs],
@@ -167,7 +173,7 @@ KERNEL = TmaAddKernel(
 def add_warp_specialized(a: Any, b: Any, out: Any = None, **params: Any) -> Any:
     """out = a + b for 2-D float32/float16/bfloat16 CUDA tensors TMA can address (16-byte aligned
     base and row stride, last stride 1). Parameters: XBLOCK, YBLOCK, num_load_buffers,
-    num_store_buffers, num_warps (compute partition), ctas_per_sm; missing ones take the
+    num_store_buffers, num_warps (compute partition), tiles_per_program, swizzle; missing ones take the
     dtype's default."""
     return KERNEL.launch(a, b, out, params)
 

@@ -86,8 +86,8 @@ class TmaAddKernel:
         layout = smem_layout(dtype, config)
         descs = tuple(descriptor(t, block, name, layout) for t, name in ((a, "a"), (b, "b"), (out, "out")))
         m, n = a.shape
-        args = self.kernel_args(dtype, config)
-        self.fn[grid(m, n, config)](*descs, m, n, config["tiles_per_program"], **args, num_warps=config["num_warps"], **self.options)
+        args = {**self.kernel_args(dtype, config), "num_warps": config["num_warps"], **self.options}
+        self.fn[grid(m, n, config)](*descs, m, n, config["tiles_per_program"], **args)
         return out
 
     def aot(self, dtype: str, given: Mapping[str, Any]) -> AotSpec:

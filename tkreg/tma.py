@@ -49,11 +49,13 @@ def shared_layout(block_shape: Sequence[int], dtype: Any) -> Any:
     return gl.NVMMASharedLayout.get_default_for(list(block_shape), gl_dtype(dtype))
 
 
-def descriptor(t: Any, block_shape: Sequence[int], name: str, layout: Any = None) -> Any:
-    """A TensorDescriptor over ``t`` after checking TMA's alignment rules (InputError if not)."""
+def descriptor(t: Any, block_shape: Sequence[int], name: str, layout: Any = None, *, checked: bool = False) -> Any:
+    """A TensorDescriptor over ``t`` after checking TMA's alignment rules (InputError if not;
+    ``checked``: the caller has just checked them)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    fail_if(tma_reasons(t, name))
+    if not checked:
+        fail_if(tma_reasons(t, name))
     layout = layout if layout is not None else shared_layout(block_shape, t.dtype)
     return TensorDescriptor.from_tensor(t, list(block_shape), layout)
 

@@ -68,31 +68,27 @@ DTYPES = ("float32", "float16", "bfloat16")
 # once YBLOCK is at TMA's 256). Shared memory: (2 x load slots + store slots) x tile <= 227 KiB.
 TRITON_GRID = ({"BLOCK": 1024, "num_warps": 4}, {"BLOCK": 2048, "num_warps": 4}, {"BLOCK": 4096, "num_warps": 8},
                {"BLOCK": 8192, "num_warps": 8})
-# Run 2 (2026-11-22, H100): every TMA config landed at 0.94-0.96x torch.add at 32768^2, best
-# with the flattest tile (16 x 256 fp32); run 3 explores flatter tiles and more slots.
+# Runs 2-3 (persistent kernels) landed at 0.93-0.96x torch.add at 32768^2; runs 7-9
+# (scripts/gpu/add_probe.py) found the tile schedule responsible. The grids bracket run 9's choice.
+_TMA_KEYS = ("XBLOCK", "YBLOCK", "num_buffers", "num_store_buffers", "num_warps", "tiles_per_program", "swizzle")
 TMA_GRID = tuple(
-    dict(zip(("XBLOCK", "YBLOCK", "num_buffers", "num_store_buffers", "num_warps", "ctas_per_sm"), v))
+    dict(zip(_TMA_KEYS, v))
     for v in (
-        (64, 128, 3, 1, 4, 1),  # the first default: 32 KiB tiles, 224 KiB
-        (16, 256, 4, 2, 4, 1),  # run 2's best
-        (16, 256, 6, 2, 4, 1),
-        (16, 256, 4, 2, 8, 1),
-        (8, 256, 8, 2, 4, 1),
-        (8, 256, 8, 4, 4, 1),
-        (8, 256, 4, 2, 4, 2),  # 80 KiB: two programs per SM
-        (4, 256, 12, 4, 4, 1),
-        (16, 128, 4, 2, 4, 2),
+        (64, 128, 3, 1, 4, 16, 128),  # the first default (swizzled), long runs
+        (16, 256, 4, 2, 4, 4, 0),  # run 8's best
+        (16, 256, 2, 1, 4, 2, 0),
+        (32, 256, 1, 1, 4, 1, 0),  # one tile per program
+        (8, 256, 4, 2, 4, 4, 0),
+        (16, 256, 4, 2, 4, 16, 0),
     )
 )
 WS_GRID = tuple(
-    dict(zip(("XBLOCK", "YBLOCK", "num_load_buffers", "num_store_buffers", "num_warps", "ctas_per_sm"), v))
+    dict(zip(("XBLOCK", "YBLOCK", "num_load_buffers", *_TMA_KEYS[3:]), v))
     for v in (
-        (64, 128, 3, 1, 4, 1),  # the first default (the seed's benchmark buffers)
-        (32, 128, 5, 2, 4, 1),  # run 2's best
-        (16, 256, 5, 2, 4, 1),
-        (16, 256, 4, 2, 8, 1),
-        (8, 256, 8, 2, 4, 1),
-        (8, 256, 4, 2, 4, 2),
+        (64, 128, 3, 1, 4, 16, 128),  # the seed's benchmark buffers, swizzled, long runs
+        (16, 256, 4, 2, 4, 4, 0),
+        (16, 256, 2, 1, 4, 2, 0),
+        (8, 256, 4, 2, 4, 4, 0),
     )
 )
 

@@ -35,6 +35,9 @@ def test_bad_inputs_raise_input_error_before_any_launch(call):
         ({"num_buffers": 0}, "num_buffers must be an integer >= 1"),
         ({"num_warps": 3}, "num_warps must be one of"),
         ({"BLOCK": 64}, "unknown parameters ['BLOCK']"),
+        ({"tiles_per_program": 0}, "tiles_per_program must be an integer >= 1"),
+        ({"swizzle": 96}, "swizzle must be one of (0, 32, 64, 128)"),
+        ({"XBLOCK": 16, "YBLOCK": 16, "swizzle": 128}, "swizzle=128 needs tile rows of at least that many bytes"),
     ],
 )
 def test_bad_configs_raise_value_error(params, expect):
@@ -43,11 +46,32 @@ def test_bad_configs_raise_value_error(params, expect):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_default_tiles_are_the_measured_flat_tiles(dtype):
+def test_default_is_the_measured_choice(dtype):
+    # notes/tuning.md, runs 7-9: unswizzled 16 KB tiles of 256 columns, runs of 4 tiles per program
     config = KERNEL.resolve(dtype, {})
-    assert (config["XBLOCK"], config["YBLOCK"], config["num_store_buffers"]) == (16, 256, 2)
-    # the load slots fill about the same shared memory whatever the dtype
-    assert config["num_buffers"] * getattr(torch, dtype).itemsize == 16
+    assert config["YBLOCK"] == 256 and config["swizzle"] == 0 and config["tiles_per_program"] == 4
+    assert config["XBLOCK"] * config["YBLOCK"] * getattr(torch, dtype).itemsize == 16 * 1024
+    assert (config["num_buffers"], config["num_store_buffers"]) == (4, 2)
+
+
+def test_slots_are_capped_at_the_tiles_a_program_handles():
+    config = KERNEL.resolve("float32", {"tiles_per_program": 1, "num_buffers": 4, "num_store_buffers": 2})
+    assert (config["num_buffers"], config["num_store_buffers"]) == (1, 1)
+
+
+def test_launch_plans_are_cached_per_dtype_and_params():
+    assert KERNEL.plan("float32", {"XBLOCK": 8}) is KERNEL.plan("float32", {"XBLOCK": 8})
+    assert KERNEL.plan("float32", {"XBLOCK": 8}) is not KERNEL.plan("bfloat16", {"XBLOCK": 8})
+    with pytest.raises(ValueError, match="unknown parameters"):
+        KERNEL.plan("float32", {"BLOCK": [64]})  # unhashable and unknown: still explained
+
+
+def test_grid_has_one_program_per_run_of_tiles():
+    from tkreg_elementwise.tma_launch import grid
+
+    # 1000 x 2000 in 16 x 256 tiles: 63 x 8 = 504 tiles; runs of 4 -> 126 programs, of 5 -> 101
+    assert grid(1000, 2000, {"XBLOCK": 16, "YBLOCK": 256, "tiles_per_program": 4}) == (126,)
+    assert grid(1000, 2000, {"XBLOCK": 16, "YBLOCK": 256, "tiles_per_program": 5}) == (101,)
 
 
 def test_lookup_picks_add_triton_for_rows_tma_cannot_address():

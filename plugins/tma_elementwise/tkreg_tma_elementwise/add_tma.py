@@ -27,10 +27,10 @@ from tkreg.aot import AotSpec
 # columns) with 4 to 8 load slots and 2 store slots were best (fp32 2930 GB/s, bf16 2904 GB/s,
 # against 2855 / 2870 for the first default, 64 x 128 / 64 x 256 with 3 slots).
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 32, "YBLOCK": 256, "num_buffers": 1, "num_store_buffers": 1,
-        "num_warps": 4, "tiles_per_program": 1, "swizzle": 0},
-    2: {"XBLOCK": 64, "YBLOCK": 256, "num_buffers": 1, "num_store_buffers": 1,
-        "num_warps": 4, "tiles_per_program": 1, "swizzle": 0},
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+        "swizzle": 0},
+    2: {"XBLOCK": 32, "YBLOCK": 256, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+        "swizzle": 0},
 }
 
 

@@ -11,7 +11,9 @@ from tkreg import Kernel
 
 _MOD = "tkreg_tma_elementwise.add_tma"
 # The 04-tma tutorial's test blocks (32 x 64) with 1 and 2 slots leave partial tiles on the
-# seeds' shapes; the last config runs two smaller programs per SM.
+# seeds' shapes. The registered configs also cover the swizzled layout, a run length that leaves
+# the last program a shorter run (7), and runs far longer than the slot count (slots reused,
+# mbarrier phases flipping many times).
 SEED_TILE = {"XBLOCK": 32, "YBLOCK": 64}
 
 ADD_TMA = Kernel(
@@ -23,17 +25,18 @@ ADD_TMA = Kernel(
     targets=tma_targets(),
     aot=f"{_MOD}:aot",
     configs=(
-        {},  # the per-dtype default (16 x 256 tiles, 4 fp32 / 8 16-bit load slots, 2 store slots)
-        {"XBLOCK": 64, "YBLOCK": 128, "num_buffers": 3, "num_store_buffers": 1, "num_warps": 4},  # the first default
-        {**SEED_TILE, "num_buffers": 1, "num_store_buffers": 1, "num_warps": 4},
-        {**SEED_TILE, "num_buffers": 2, "num_store_buffers": 2, "num_warps": 4},
-        {**SEED_TILE, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 8, "ctas_per_sm": 2},
+        {},  # the per-dtype default (16 KB tiles of 256 columns, runs of 4 tiles, 4 load and 2 store slots)
+        # the first default: 64 x 128 tiles, 3 slots, swizzled, long runs
+        {"XBLOCK": 64, "YBLOCK": 128, "num_buffers": 3, "num_store_buffers": 1, "tiles_per_program": 16, "swizzle": 128},
+        {**SEED_TILE, "num_buffers": 1, "num_store_buffers": 1, "tiles_per_program": 1, "swizzle": 128},
+        {**SEED_TILE, "num_buffers": 2, "num_store_buffers": 2, "tiles_per_program": 7, "swizzle": 0},
+        {**SEED_TILE, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 8, "tiles_per_program": 1000, "swizzle": 0},
     ),
     bench_configs=({},),
     # Ranked by measurement (H100, 2026-11-22, BENCHMARKS.md): below the portable add_triton,
     # which matches torch.add; about 4% slower at 32768^2 and far slower on small inputs.
     priority=10,
-    description="Gluon add: persistent, multi-buffered TMA loads on mbarriers, pipelined TMA stores",
+    description="Gluon add: multi-buffered TMA loads on mbarriers, pipelined TMA stores",
 )
 
 

@@ -29,7 +29,7 @@ def test_bad_inputs_raise_input_error_before_any_launch(call):
     ("params", "expect"),
     [
         ({"num_warps": 2}, "num_warps must be one of (4, 8)"),
-        ({"num_load_buffers": 14}, "bytes of shared memory; a block has 232448"),  # 30 tiles of 16 KiB
+        ({"num_load_buffers": 14, "tiles_per_program": 16}, "bytes of shared memory; a block has 232448"),  # 30 tiles of 16 KiB
         ({"num_store_buffers": 0}, "num_store_buffers must be an integer >= 1"),
         ({"num_buffers": 2}, "unknown parameters ['num_buffers']"),
     ],

@@ -32,10 +32,10 @@ from tkreg.aot import AotSpec
 # bf16 2905 GB/s with 8), against 2855 / 2872 for the seed's benchmark setting (64 x 128 /
 # 64 x 256 tiles, 3 load and 1 store slots), still covered by the tests.
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 32, "YBLOCK": 256, "num_load_buffers": 1, "num_store_buffers": 1,
-        "num_warps": 4, "tiles_per_program": 1, "swizzle": 0},
-    2: {"XBLOCK": 64, "YBLOCK": 256, "num_load_buffers": 1, "num_store_buffers": 1,
-        "num_warps": 4, "tiles_per_program": 1, "swizzle": 0},
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+        "swizzle": 0},
+    2: {"XBLOCK": 32, "YBLOCK": 256, "num_load_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+        "swizzle": 0},
 }
 # Register budget. The load and store partitions hold only scalars: 24 registers per thread,
 # the least setmaxnreg allows (the seed's setting; registers go in multiples of 8 in [24, 256]).

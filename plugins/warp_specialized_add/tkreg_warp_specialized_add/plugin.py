@@ -22,13 +22,14 @@ ADD_WARP_SPECIALIZED = Kernel(
     targets=tma_targets(ptx=(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;",), sass=(r"USETMAXREG",)),
     aot=f"{_MOD}:aot",
     configs=(
-        {},  # the per-dtype default (16 x 256 tiles, 5 fp32 / 8 16-bit load slots, 2 store slots)
-        # The seed's benchmark setting: 64 x 128 fp32 tiles, 3 load and 1 store slots.
-        {"XBLOCK": 64, "YBLOCK": 128, "num_load_buffers": 3, "num_store_buffers": 1, "num_warps": 4},
-        # The seed's tests: 32 x 64 blocks, (1, 1) and (2, 2) buffers, 4 and 8 compute warps.
+        {},  # the per-dtype default (16 KB tiles of 256 columns, runs of 4 tiles, 4 load and 2 store slots)
+        # The seed's benchmark setting: 64 x 128 fp32 tiles, 3 load and 1 store slots (swizzled, long runs).
+        {"XBLOCK": 64, "YBLOCK": 128, "num_load_buffers": 3, "num_store_buffers": 1, "tiles_per_program": 16, "swizzle": 128},
+        # The seed's tests: 32 x 64 blocks, (1, 1) and (2, 2) buffers, 4 and 8 compute warps; runs of
+        # one tile, of 7 (a shorter last run) and of 1000 (slots reused many times).
         *(
-            {**SEED_TILE, "num_load_buffers": nb, "num_store_buffers": nb, "num_warps": warps}
-            for nb in (1, 2)
+            {**SEED_TILE, "num_load_buffers": nb, "num_store_buffers": nb, "num_warps": warps, "tiles_per_program": per}
+            for nb, per in ((1, 1), (2, 7), (2, 1000))
             for warps in (4, 8)
         ),
     ),
@@ -36,7 +37,7 @@ ADD_WARP_SPECIALIZED = Kernel(
     # Ranked by measurement (H100, 2026-11-22, BENCHMARKS.md): the portable add_triton reads at
     # torch.add's speed, the TMA kernels about 4% below it, add_tma a hair above this one.
     priority=5,
-    description="Gluon add: persistent, warp-specialized (1-warp TMA load, compute, 1-warp TMA store) over mbarriers",
+    description="Gluon add: warp-specialized (1-warp TMA load, compute, 1-warp TMA store) over mbarriers",
 )
 
 

@@ -70,7 +70,8 @@ ADD_TRITON = Kernel(
     aot=f"{_MOD}.add_triton:aot",
     configs=({"BLOCK": 4096, "num_warps": 8}, {"BLOCK": 1024, "num_warps": 4}),
     bench_configs=({},),
-    # First in lookup: measured fastest on an H100 at every benchmark shape (BENCHMARKS.md).
+    # Below the Gluon TMA kernels where they run (capability 9.0+, TMA-legal inputs), which are
+    # faster on large inputs; the only add kernel elsewhere (BENCHMARKS.md).
     priority=20,
     description="portable Triton add: any strides, masked tails, 16-byte vector loads when contiguous",
 )

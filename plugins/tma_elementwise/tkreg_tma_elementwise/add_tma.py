@@ -22,14 +22,14 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tkreg.aot import AotSpec
 
-# Measured with scripts/gpu/add_sweep.py on an H100 (runs 2 and 3, 2026-11-22, notes/tuning.md):
-# every config landed between 0.93x and 0.96x torch.add at 32768^2; flat tiles (16 rows x 256
-# columns) with 4 to 8 load slots and 2 store slots were best (fp32 2930 GB/s, bf16 2904 GB/s,
-# against 2855 / 2870 for the first default, 64 x 128 / 64 x 256 with 3 slots).
+# Measured with scripts/gpu/add_probe.py on an H100 (runs 7-9, 2026-11-22, notes/tuning.md): at
+# 32768^2 unswizzled 16 KB tiles of 256 columns, runs of 3 tiles per program with all 3 in flight
+# and 2 store slots read 3077 GB/s fp32 (1.008x torch.add) and 3067 bf16 (1.000x); the persistent
+# kernel this replaced stopped at 0.96x whatever its tile and depth.
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_buffers": 3, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 3,
         "swizzle": 0},
-    2: {"XBLOCK": 32, "YBLOCK": 256, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+    2: {"XBLOCK": 32, "YBLOCK": 256, "num_buffers": 3, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 3,
         "swizzle": 0},
 }
 

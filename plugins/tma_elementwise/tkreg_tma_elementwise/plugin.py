@@ -33,9 +33,10 @@ ADD_TMA = Kernel(
         {**SEED_TILE, "num_buffers": 4, "num_store_buffers": 2, "num_warps": 8, "tiles_per_program": 1000, "swizzle": 0},
     ),
     bench_configs=({},),
-    # Ranked by measurement (H100, 2026-11-22, BENCHMARKS.md): below the portable add_triton,
-    # which matches torch.add; about 4% slower at 32768^2 and far slower on small inputs.
-    priority=10,
+    # First in lookup: on an H100 it reads at or above torch.add's speed at 32768^2 while the
+    # portable add_triton stays 0.5% below (notes/tuning.md, run 9); add_warp_specialized is as
+    # fast, with more moving parts. Small inputs are another story: see BENCHMARKS.md.
+    priority=30,
     description="Gluon add: multi-buffered TMA loads on mbarriers, pipelined TMA stores",
 )
 

@@ -41,7 +41,25 @@ def test_bad_configs_raise_value_error(params, expect):
 
 def test_lookup_ranks_by_measured_priority_for_tma_legal_inputs():
     a, b = torch.randn(257, 136), torch.randn(257, 136)
-    assert [v.kernel.name for v in explain_add(PLUGINS, a, b) if v.runs] == ["add_triton", "add_tma", "add_warp_specialized"]
+    assert [v.kernel.name for v in explain_add(PLUGINS, a, b) if v.runs] == ["add_tma", "add_warp_specialized", "add_triton"]
+
+
+@pytest.mark.parametrize(
+    ("capability", "runs"),
+    [
+        ("9.0", ["add_tma", "add_warp_specialized", "add_triton"]),  # Hopper: the Gluon kernels first
+        ("10.0", ["add_tma", "add_warp_specialized", "add_triton"]),
+        ("8.0", ["add_triton"]),  # Ampere: only the portable kernel, the others say why
+    ],
+)
+def test_lookup_by_capability(capability, runs):
+    from tkreg.loading import build_registry
+
+    verdicts = build_registry(env={"TKREG_PLUGINS": PLUGINS}).explain("add", capability)
+    assert [v.kernel.name for v in verdicts if v.runs] == runs
+    for v in verdicts:
+        if not v.runs:
+            assert any("capability" in r and "8.0" in r for r in v.reasons), v.reasons
 
 
 def test_lookup_drops_it_for_a_transposed_input_saying_why():

@@ -27,14 +27,13 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tkreg.aot import AotSpec
 
-# Measured with scripts/gpu/add_sweep.py on an H100 (runs 2 and 3, 2026-11-22, notes/tuning.md): as
-# for add_tma, flat 16 x 256 tiles with several load slots were best (fp32 2927 GB/s with 5 slots,
-# bf16 2905 GB/s with 8), against 2855 / 2872 for the seed's benchmark setting (64 x 128 /
-# 64 x 256 tiles, 3 load and 1 store slots), still covered by the tests.
+# Measured with scripts/gpu/add_probe.py on an H100 (runs 7-9, 2026-11-22, notes/tuning.md): as for
+# add_tma, unswizzled 16 KB tiles of 256 columns in runs of 3 tiles per program, 3 load and 2
+# store slots: 3079 GB/s fp32 (1.009x torch.add) and 3069 bf16 (1.001x) at 32768^2.
 DEFAULTS: dict[int, dict[str, int]] = {
-    4: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+    4: {"XBLOCK": 16, "YBLOCK": 256, "num_load_buffers": 3, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 3,
         "swizzle": 0},
-    2: {"XBLOCK": 32, "YBLOCK": 256, "num_load_buffers": 4, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 4,
+    2: {"XBLOCK": 32, "YBLOCK": 256, "num_load_buffers": 3, "num_store_buffers": 2, "num_warps": 4, "tiles_per_program": 3,
         "swizzle": 0},
 }
 # Register budget. The load and store partitions hold only scalars: 24 registers per thread,

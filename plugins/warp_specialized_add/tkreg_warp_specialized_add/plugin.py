@@ -34,9 +34,9 @@ ADD_WARP_SPECIALIZED = Kernel(
         ),
     ),
     bench_configs=({},),
-    # Ranked by measurement (H100, 2026-11-22, BENCHMARKS.md): the portable add_triton reads at
-    # torch.add's speed, the TMA kernels about 4% below it, add_tma a hair above this one.
-    priority=5,
+    # Between add_tma (as fast on an H100, simpler) and the portable add_triton (0.5% slower at
+    # 32768^2; notes/tuning.md, run 9).
+    priority=25,
     description="Gluon add: warp-specialized (1-warp TMA load, compute, 1-warp TMA store) over mbarriers",
 )
 

@@ -15,6 +15,16 @@ from . import dtypes
 from .errors import InputError
 
 TMA_ALIGNMENT = 16  # bytes: TMA descriptors need 16-byte aligned base and non-last strides
+TENSOR_ATTRS = ("dtype", "shape", "stride", "data_ptr", "device")
+
+
+def is_tensor(t: Any) -> bool:
+    """A torch.Tensor, or something with its metadata (duck-typed). torch.Tensor itself is
+    recognized by type first: launchers run these checks on every call."""
+    cls = type(t)
+    if cls.__name__ in ("Tensor", "Parameter") and cls.__module__.startswith("torch"):
+        return True
+    return all(hasattr(t, a) for a in TENSOR_ATTRS)
 
 
 def interpreter_active() -> bool:
@@ -37,7 +47,7 @@ def tensor_reasons(
     min_numel: int = 1,
 ) -> list[str]:
     """Rank, dtype and emptiness of one tensor."""
-    if not all(hasattr(t, a) for a in ("dtype", "shape", "stride", "data_ptr", "device")):
+    if not is_tensor(t):
         return [f"{name} must be a torch.Tensor, got {type(t).__name__}"]
     reasons = []
     if rank is not None and t.dim() != rank:

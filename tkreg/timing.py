@@ -1,17 +1,20 @@
 """Device time of GPU work, and the ceilings throughput is measured against.
 
-Each repetition: the L2 cache is flushed (a buffer several times the L2 size is zeroed), then
-CUDA events bracket the work alone. The repetitions are queued back to back and read after one
-synchronization, as triton.testing.do_bench does, so the host's launch work for the next
-repetition overlaps the GPU's current one instead of showing up as idle time inside the events.
-The figure reported is the median over the repetitions, after warm-up runs that keep
-compilation and first-launch costs out.
+Each repetition: the L2 cache is flushed (a buffer several times the L2 size is zeroed), the
+GPU is held for about twice the launcher's host time (a spin kernel), then CUDA events bracket
+the work alone. The repetitions are queued back to back and read after one synchronization, as
+triton.testing.do_bench does. The hold matters for short kernels behind slow launchers: without
+it, a launcher whose Python work outlasts the flush (about 85 us on an H100) makes the GPU wait
+between the start event and the kernel, and that wait was counted as kernel time (notes/tuning.md,
+run 9: 77 us of host work per Gluon add launch). The figure reported is the median over the
+repetitions, after warm-up runs that keep compilation and first-launch costs out.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +28,10 @@ MIN_REPS = 20
 MAX_REPS = 500
 COPY_CEILING_BYTES = 2 * 1024**3  # 2 GiB source, as in the peer notes
 MATMUL_CEILING_SIZE = 8192
+# The hold before each repetition: HOLD_FACTOR x the launcher's host time, in GPU cycles at
+# HOLD_CLOCK_HZ (at or above an H100's top SM clock, so the hold is never shorter than meant).
+HOLD_FACTOR = 2.0
+HOLD_CLOCK_HZ = 2.0e9
 
 
 class DeviceClock:
@@ -49,29 +56,47 @@ class DeviceTimer:
 
         self._torch = torch
         self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.host_ms = 0.0  # the launcher's host time per call, measured in warmup()
 
     def flush(self) -> None:
         self._flush.zero_()
 
-    def once(self, fn: Callable[[], Any]) -> float:
-        """Milliseconds of device time for one call of ``fn`` after an L2 flush."""
+    def hold(self) -> None:
+        """Keep the GPU busy for about HOLD_FACTOR x host_ms, so the next launch is queued before
+        the GPU reaches its start event. (torch.cuda._sleep, a spin kernel, is private; where it
+        is missing, short kernels behind slow launchers read long.)"""
+        cycles = int(HOLD_FACTOR * self.host_ms * 1e-3 * HOLD_CLOCK_HZ)
+        sleep = getattr(self._torch.cuda, "_sleep", None)
+        if cycles > 0 and sleep is not None:
+            sleep(cycles)
+
+    def once(self, fn: Callable[[], Any]) -> tuple[float, float]:
+        """(ms of device time, ms of host time) for one call of ``fn`` after an L2 flush."""
         torch = self._torch
         self.flush()
+        self.hold()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
+        t0 = time.perf_counter()
         fn()
+        host = time.perf_counter() - t0
         end.record()
         end.synchronize()
-        return start.elapsed_time(end)
+        return start.elapsed_time(end), host * 1e3
 
     def warmup(self, fn: Callable[[], Any]) -> float:
-        """Run until compilation and first-launch costs are behind us; return an estimate (ms)."""
+        """Run until compilation and first-launch costs are behind us; return an estimate (ms)
+        and remember the launcher's host time for hold()."""
         fn()
         self._torch.cuda.synchronize()
         times: list[float] = []
+        hosts: list[float] = []
         while len(times) < WARMUP_MIN_CALLS or sum(times) < WARMUP_MIN_MS:
-            times.append(self.once(fn))
+            device_ms, host_ms = self.once(fn)
+            times.append(device_ms)
+            hosts.append(host_ms)
+            self.host_ms = statistics.median(hosts)
             if len(times) >= MAX_REPS:
                 break
         return statistics.median(times)
@@ -88,6 +113,7 @@ class DeviceTimer:
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for start, end in zip(starts, ends):
             self.flush()
+            self.hold()
             start.record()
             fn()
             end.record()

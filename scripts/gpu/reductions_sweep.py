@@ -29,7 +29,7 @@ BUDGET_S = 200
 def median_ms(timer: DeviceTimer, fn: Callable[[], Any]) -> float:
     for _ in range(3):
         fn()
-    return statistics.median(timer.once(fn) for _ in range(REPS))
+    return statistics.median(timer.once(fn)[0] for _ in range(REPS))
 
 
 def candidates(m: int, n: int, itemsize: int, sms: int) -> list[dict[str, int]]:

@@ -6,17 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from tkreg.errors import InputError
-from tkreg.inputs import check_output, device_reasons, fail_if, tensor_reasons, tma_reasons
+from tkreg.inputs import check_output, device_reasons, fail_if, is_tensor, tensor_reasons, tma_reasons
 
 DTYPES = ("float32", "float16", "bfloat16")
-_TENSOR_ATTRS = ("dtype", "shape", "stride", "data_ptr", "device")
 
 
 def add_reasons(a: Any, b: Any, *, interpretable: bool) -> list[str]:
     """Why (a, b) are not inputs of the add op for a kernel (interpretable: runs on the CPU
     under TRITON_INTERPRET=1); empty when they are."""
     reasons = tensor_reasons(a, "a", rank=2, dtypes_allowed=DTYPES) + tensor_reasons(b, "b", rank=2, dtypes_allowed=DTYPES)
-    if not all(map(_is_tensor, (a, b))):
+    if not all(map(is_tensor, (a, b))):
         return reasons
     if tuple(a.shape) != tuple(b.shape):
         reasons.append(f"a and b must have one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -28,7 +27,7 @@ def add_reasons(a: Any, b: Any, *, interpretable: bool) -> list[str]:
 def tma_add_reasons(a: Any, b: Any) -> list[str]:
     """Requirements.inputs for the TMA add kernels: what stops a or b from being read through a
     TMA descriptor (16-byte aligned base and row stride, last stride 1)."""
-    if not all(map(_is_tensor, (a, b))):
+    if not all(map(is_tensor, (a, b))):
         return ["a and b must be torch.Tensors"]
     return tma_reasons(a, "a") + tma_reasons(b, "b")
 
@@ -38,7 +37,7 @@ def checked_output(a: Any, b: Any, out: Any, *, interpretable: bool, tma: bool =
     dtype, device, alignment), raising one InputError with every reason; then return ``out``, or
     a new output when it is None."""
     reasons = add_reasons(a, b, interpretable=interpretable)
-    tensors = all(map(_is_tensor, (a, b)))
+    tensors = all(map(is_tensor, (a, b)))
     if tma and tensors:
         # alignment is reported with the other reasons, so even CPU tensors get the whole story
         reasons += tma_add_reasons(a, b)
@@ -69,8 +68,3 @@ def new_output(a: Any) -> Any:
     if a.stride(1) == 1 and a.stride(0) >= cols:
         return torch.empty_strided((rows, cols), (a.stride(0), 1), dtype=a.dtype, device=a.device)
     return torch.empty((rows, cols), dtype=a.dtype, device=a.device)
-
-
-def _is_tensor(t: Any) -> bool:
-    """Duck-typed as tkreg.inputs does, so checks never import torch."""
-    return all(hasattr(t, attr) for attr in _TENSOR_ATTRS)

@@ -1,12 +1,15 @@
 """Device time of GPU work, and the ceilings throughput is measured against.
 
 Each repetition: the L2 cache is flushed (a buffer several times the L2 size is zeroed), the
-GPU is held for about twice the launcher's host time (a spin kernel), then CUDA events bracket
-the work alone. The repetitions are queued back to back and read after one synchronization, as
+GPU is held for HOLD_MS (a spin kernel), then CUDA events bracket the work alone. The
+repetitions are queued back to back and read after one synchronization, as
 triton.testing.do_bench does. The hold matters for short kernels behind slow launchers: without
 it, a launcher whose Python work outlasts the flush (about 85 us on an H100) makes the GPU wait
 between the start event and the kernel, and that wait was counted as kernel time (notes/tuning.md,
-run 9: 77 us of host work per Gluon add launch). The figure reported is the median over the
+run 9: 77 us of host work per Gluon add launch). The hold is the same for every workload, so a
+kernel and its peer start from the same idle time whatever their launchers cost (a hold scaled to
+each launcher gave slow launchers a longer rest before compute-bound kernels: run 10); only a
+launcher slower than HOLD_MS / 2 gets a longer one. The figure reported is the median over the
 repetitions, after warm-up runs that keep compilation and first-launch costs out.
 """
 
@@ -28,8 +31,9 @@ MIN_REPS = 20
 MAX_REPS = 500
 COPY_CEILING_BYTES = 2 * 1024**3  # 2 GiB source, as in the peer notes
 MATMUL_CEILING_SIZE = 8192
-# The hold before each repetition: HOLD_FACTOR x the launcher's host time, in GPU cycles at
-# HOLD_CLOCK_HZ (at or above an H100's top SM clock, so the hold is never shorter than meant).
+# The hold before each repetition, at least HOLD_FACTOR x the launcher's host time; in GPU cycles
+# at HOLD_CLOCK_HZ (at or above an H100's top SM clock, so the hold is never shorter than meant).
+HOLD_MS = 0.25
 HOLD_FACTOR = 2.0
 HOLD_CLOCK_HZ = 2.0e9
 
@@ -62,10 +66,10 @@ class DeviceTimer:
         self._flush.zero_()
 
     def hold(self) -> None:
-        """Keep the GPU busy for about HOLD_FACTOR x host_ms, so the next launch is queued before
-        the GPU reaches its start event. (torch.cuda._sleep, a spin kernel, is private; where it
-        is missing, short kernels behind slow launchers read long.)"""
-        cycles = int(HOLD_FACTOR * self.host_ms * 1e-3 * HOLD_CLOCK_HZ)
+        """Keep the GPU busy for HOLD_MS (longer for a launcher slower than HOLD_MS / 2), so the
+        next launch is queued before the GPU reaches its start event. (torch.cuda._sleep, a spin
+        kernel, is private; where it is missing, short kernels behind slow launchers read long.)"""
+        cycles = int(max(HOLD_MS, HOLD_FACTOR * self.host_ms) * 1e-3 * HOLD_CLOCK_HZ)
         sleep = getattr(self._torch.cuda, "_sleep", None)
         if cycles > 0 and sleep is not None:
             sleep(cycles)

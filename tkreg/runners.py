@@ -167,7 +167,8 @@ def run_bench(session: Session, spec: ItemSpec, benchmark: Any, clock: Any) -> N
         "reps": len(times_ms),
         "bytes": cost.bytes,
         "flops": cost.flops,
-        "timing": "CUDA events around each repetition, L2 flushed before each, queued back to back; median",
+        "timing": "CUDA events around each repetition, L2 flushed and GPU held before each, queued back to back; median",
+        "host_us": timer.host_ms * 1e3,  # the launcher's Python work per call, outside the figure
     }
     if op.bound == "memory":
         rate = cost.bytes / (median_ms / 1e3)

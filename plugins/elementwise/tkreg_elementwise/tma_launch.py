@@ -4,6 +4,7 @@ anything touches CUDA, so bad inputs and configs fail the same way on a machine 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,9 @@ class LaunchPlan:
     options: Mapping[str, Any]
 
 
+# Below this many runs of tiles per SM, an input gets one tile per program: more, shorter programs
+# keep every SM busy (1024^2 fp32 in 16 KB tiles is 256 tiles: 86 runs of 3 for 132 SMs).
+RUNS_PER_SM = 4
 # (kernel name, dtype, sorted params) -> LaunchPlan; a handful of entries per process.
 _PLANS: dict[tuple[Any, ...], LaunchPlan] = {}
 
@@ -110,12 +114,17 @@ class TmaAddKernel:
         return plan
 
     def launch(self, a: Any, b: Any, out: Any, params: Mapping[str, Any]) -> Any:
-        """Check everything, then run out = a + b (out allocated when None)."""
+        """Check everything, then run out = a + b (out allocated when None). Unless
+        tiles_per_program is given, an input too small to give every SM RUNS_PER_SM runs of the
+        default length gets one tile per program (and one slot of each kind)."""
         out = checked_output(a, b, out, interpretable=False, tma=True)
-        plan = self.plan(dtypes.name_of(a.dtype), params)
+        dtype = dtypes.name_of(a.dtype)
+        plan = self.plan(dtype, params)
+        m, n = a.shape
+        if params.get("tiles_per_program") is None and grid(m, n, plan.config)[0] < RUNS_PER_SM * sm_count(a.device.index):
+            plan = self.plan(dtype, {**params, "tiles_per_program": 1})
         # checked_output has checked TMA's rules on all three tensors
         descs = [descriptor(t, plan.block, name, plan.layout, checked=True) for t, name in ((a, "a"), (b, "b"), (out, "out"))]
-        m, n = a.shape
         self.fn[grid(m, n, plan.config)](*descs, m, n, plan.config["tiles_per_program"], **plan.options)
         return out
 
@@ -169,3 +178,11 @@ def grid(m: int, n: int, config: Mapping[str, Any]) -> tuple[int]:
     """One program per run of tiles_per_program consecutive tiles (tkreg_elementwise.tma_tiles)."""
     tiles = -(-m // config["XBLOCK"]) * -(-n // config["YBLOCK"])
     return (-(-tiles // config["tiles_per_program"]),)
+
+
+@functools.cache
+def sm_count(device_index: int | None) -> int:
+    import torch
+
+    index = device_index if device_index is not None else torch.cuda.current_device()
+    return torch.cuda.get_device_properties(index).multi_processor_count

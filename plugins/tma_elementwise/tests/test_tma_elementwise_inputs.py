@@ -84,3 +84,32 @@ def test_lookup_picks_add_triton_for_rows_tma_cannot_address():
 def test_lookup_puts_add_tma_first_for_tma_legal_inputs():
     padded = torch.randn(33, 40)[:, :33]
     assert [v.kernel.name for v in explain_add(PLUGINS, padded, padded) if v.runs] == ["add_tma", "add_triton"]
+
+
+def test_small_inputs_get_one_tile_per_program_unless_asked(monkeypatch):
+    """The launcher's run-length choice, seen through the plan it launches (no GPU: the kernel
+    call is replaced by a recorder, the SM count by an H100's)."""
+    from tkreg_elementwise import tma_launch
+    from tkreg_elementwise.testing import PosingAsCuda
+
+    launched = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.append((grid, args[5], kw["num_buffers"]))
+
+    monkeypatch.setattr(tma_launch, "sm_count", lambda index: 132)
+    monkeypatch.setattr(tma_launch, "descriptor", lambda *args, **kw: None)
+    kernel = tma_launch.TmaAddKernel(**{**KERNEL.__dict__, "fn": Recorder()})
+
+    def run(m, n, **params):
+        a = PosingAsCuda(torch.empty(m, n))
+        kernel.launch(a, a, a, params)
+        return launched.pop()
+
+    # 1024^2 fp32: 256 tiles, 86 runs of 3 < 4 x 132 -> one tile per program, one slot
+    assert run(1024, 1024) == ((256,), 1, 1)
+    # 8192^2: 16384 tiles, 5462 runs of 3 -> the default
+    assert run(8192, 8192) == ((5462,), 3, 3)
+    # asked for explicitly: kept
+    assert run(1024, 1024, tiles_per_program=3) == ((86,), 3, 3)

@@ -108,3 +108,14 @@ def test_listing_imports_neither_torch_nor_triton(site: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_with(site, None), timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_reader_that_goes_away_gets_no_traceback() -> None:
+    """`tkreg list | head -1`: the read end is closed before tkreg writes (it loads the plugins
+    first), so its first write fails with a broken pipe; it must end quietly."""
+    proc = subprocess.Popen([sys.executable, "-m", "tkreg.cli", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

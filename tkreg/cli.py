@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform as host
 import sys
 from typing import Any
@@ -143,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     except (LookupError, ValueError) as e:
         print(f"tkreg: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`tkreg list | head`): stop quietly. Point stdout at /dev/null so
+        # the interpreter's final flush does not fail again (the recipe in Python's signal docs).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

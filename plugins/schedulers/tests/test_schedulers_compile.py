@@ -1,11 +1,9 @@
 """Each registered scheduler compiles inside a Gluon kernel (the trace probe) for sm_90a and sm_100a.
 
-The compile runs in a fresh interpreter without TRITON_INTERPRET. Under ``pytest --tkreg -n auto``
-on a CPU machine the worker processes run kernels in triton's interpreter, and in one CI run
-(2026-11-22) all six in-process compiles here failed inside gl.cdiv ("'block_argument' object has
-no attribute 'dtype'") on one worker while passing alone and on the other worker. The likely
-cause, not reproduced in isolation: triton 3.6's InterpretedFunction.__call__ patches
-triton.language for a jitted helper called from an interpreted kernel and never restores it.
+The compile runs in a fresh interpreter without TRITON_INTERPRET: in one CI run (2026-11-22) all
+six in-process compiles failed inside gl.cdiv on one pytest-xdist worker, after interpreted
+kernels had left triton.language patched (tkreg.interpreter_state, which the pytest plugin now
+applies around every test, has the details).
 """
 
 from __future__ import annotations

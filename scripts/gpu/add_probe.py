@@ -35,6 +35,8 @@ for plugin in ("elementwise", "tma_elementwise", "warp_specialized_add"):
     sys.path.insert(0, str(ROOT / "plugins" / plugin))
 sys.path.insert(0, str(ROOT))
 
+from add_sweep import for_dtype  # noqa: E402  (this script's folder is on sys.path)
+
 from tkreg import dtypes  # noqa: E402
 
 ROUNDS = 2  # run 7's rounds agreed within 0.3%
@@ -80,16 +82,6 @@ def variants() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
         ("ws 8x256 run4 4/2", ws, ws_(8, 4, 4, 2)),
     ]
     return v
-
-
-def for_dtype(config: dict[str, Any], itemsize: int) -> dict[str, Any]:
-    c = dict(config)
-    if "YBLOCK" in c and itemsize == 2:
-        if c["YBLOCK"] * 2 <= 256:
-            c["YBLOCK"] *= 2
-        else:
-            c["XBLOCK"] *= 2
-    return c
 
 
 def main() -> None:

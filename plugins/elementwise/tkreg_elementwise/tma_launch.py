@@ -121,11 +121,13 @@ class TmaAddKernel:
         dtype = dtypes.name_of(a.dtype)
         plan = self.plan(dtype, params)
         m, n = a.shape
-        if params.get("tiles_per_program") is None and grid(m, n, plan.config)[0] < RUNS_PER_SM * sm_count(a.device.index):
+        programs = grid(m, n, plan.config)
+        if params.get("tiles_per_program") is None and programs[0] < RUNS_PER_SM * sm_count(a.device.index):
             plan = self.plan(dtype, {**params, "tiles_per_program": 1})
+            programs = grid(m, n, plan.config)
         # checked_output has checked TMA's rules on all three tensors
         descs = [descriptor(t, plan.block, name, plan.layout, checked=True) for t, name in ((a, "a"), (b, "b"), (out, "out"))]
-        self.fn[grid(m, n, plan.config)](*descs, m, n, plan.config["tiles_per_program"], **plan.options)
+        self.fn[programs](*descs, m, n, plan.config["tiles_per_program"], **plan.options)
         return out
 
     def aot(self, dtype: str, given: Mapping[str, Any]) -> AotSpec:

@@ -25,7 +25,7 @@ ADD_TMA = Kernel(
     targets=tma_targets(),
     aot=f"{_MOD}:aot",
     configs=(
-        {},  # the per-dtype default (16 KB tiles of 256 columns, runs of 4 tiles, 4 load and 2 store slots)
+        {},  # the per-dtype default (16 KB tiles of 256 columns, runs of 3 tiles, 3 load and 2 store slots)
         # the first default: 64 x 128 tiles, 3 slots, swizzled, long runs
         {"XBLOCK": 64, "YBLOCK": 128, "num_buffers": 3, "num_store_buffers": 1, "tiles_per_program": 16, "swizzle": 128},
         {**SEED_TILE, "num_buffers": 1, "num_store_buffers": 1, "tiles_per_program": 1, "swizzle": 128},

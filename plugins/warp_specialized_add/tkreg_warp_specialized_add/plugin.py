@@ -22,7 +22,7 @@ ADD_WARP_SPECIALIZED = Kernel(
     targets=tma_targets(ptx=(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;",), sass=(r"USETMAXREG",)),
     aot=f"{_MOD}:aot",
     configs=(
-        {},  # the per-dtype default (16 KB tiles of 256 columns, runs of 4 tiles, 4 load and 2 store slots)
+        {},  # the per-dtype default (16 KB tiles of 256 columns, runs of 3 tiles, 3 load and 2 store slots)
         # The seed's benchmark setting: 64 x 128 fp32 tiles, 3 load and 1 store slots (swizzled, long runs).
         {"XBLOCK": 64, "YBLOCK": 128, "num_load_buffers": 3, "num_store_buffers": 1, "tiles_per_program": 16, "swizzle": 128},
         # The seed's tests: 32 x 64 blocks, (1, 1) and (2, 2) buffers, 4 and 8 compute warps; runs of

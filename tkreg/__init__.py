@@ -1,13 +1,16 @@
 """tkreg: a plugin-based registry of GPU kernels.
 
 Plugins register ops, kernels and tile schedulers through ``@tkreg.hookimpl``; users ask which
-kernels run where (``lookup``) and why the others do not (``explain``). Importing tkreg imports
-neither torch nor triton.
+kernels run where (``lookup``) and why the others do not (``explain``), and call the best kernel
+for their inputs from a model (``tkreg.ops.<op>``). Importing tkreg imports neither torch nor
+triton; ``tkreg.ops`` does when its ops are first built.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +43,7 @@ __all__ = [
     "explain",
     "hookimpl",
     "lookup",
+    "ops",
     "reload",
 ]
 
@@ -55,8 +59,11 @@ def default_registry() -> Registry:
 
 
 def reload() -> Registry:
-    """Forget the cached registry and load the plugins again."""
+    """Forget the cached registry (and tkreg.ops built from it) and load the plugins again."""
     default_registry.cache_clear()
+    built = sys.modules.get(f"{__name__}.ops")
+    if built is not None:
+        built.uninstall()
     return default_registry()
 
 
@@ -69,3 +76,10 @@ def lookup(op: str, capability: str | Capability | Platform | None = None, input
 def explain(op: str, capability: str | Capability | Platform | None = None, inputs: Sequence[Any] | None = None) -> list[Verdict]:
     """Like :func:`lookup`, with every kernel's verdict: reasons for rejections and rankings."""
     return default_registry().explain(op, capability, inputs)
+
+
+def __getattr__(name: str) -> object:
+    # tkreg.ops is imported on first use, so `import tkreg` stays light.
+    if name == "ops":
+        return importlib.import_module(f"{__name__}.ops")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

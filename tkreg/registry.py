@@ -1,7 +1,11 @@
 """The registry: what plugins registered, and which kernels can run where, with reasons.
 
 Lookup by capability imports neither torch nor triton; lookup with concrete inputs inspects them
-duck-typed (dtype, device, data_ptr, stride) and calls the kernels' own input checks.
+duck-typed (dtype, device, data_ptr, stride) and calls the kernels' own input checks. Runnable
+kernels rank by priority, then by their ``score`` for the inputs; on a GPU with wall-time
+measurements (:mod:`tkreg.walltime`) kernels measured for the op rank by estimated wall time per
+call instead, beside the op's peer. Answers with inputs are cached per input signature
+(:mod:`tkreg.signature`), so a repeated lookup does no ranking.
 """
 
 from __future__ import annotations
@@ -16,10 +20,17 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import capability as caps
-from . import dtypes, refs
+from . import dtypes, refs, walltime
 from .errors import RegistrationError, UnknownNameError
 from .platform import Platform, installed_version, platform_for
+from .signature import inputs_key
 from .specs import FEATURES, Kernel, Op, Scheduler
+from .walltime import Estimate, Measurements
+
+# Rankings kept per registry; beyond this many signatures the cache starts over (a model with
+# shapes that never repeat must not grow memory without bound).
+RANKING_CACHE_SIZE = 4096
+_AUTO = object()  # measurements: those shipped for the platform
 
 
 @dataclass(frozen=True)
@@ -56,10 +67,27 @@ class Verdict:
     reasons: tuple[str, ...] = ()
     ranking: str = ""
     score: float | None = None
+    estimate: Estimate | None = None  # wall time per call, where measurements rank it
 
     @property
     def runs(self) -> bool:
         return not self.reasons
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Every kernel's verdict for one lookup, best first, and where the op's peer stands: the
+    peer's estimate when it was measured, and whether it beats every runnable kernel (then
+    tkreg.ops calls the peer)."""
+
+    verdicts: tuple[Verdict, ...]
+    peer: Estimate | None = None
+    prefer_peer: bool = False
+    peer_ranking: str = ""
+
+    @property
+    def runnable(self) -> tuple[Kernel, ...]:
+        return tuple(v.kernel for v in self.verdicts if v.runs)
 
 
 class Registry:
@@ -72,6 +100,8 @@ class Registry:
         self._owner: dict[tuple[str, str], PluginInfo] = {}
         self.plugins: list[PluginInfo] = []
         self.problems: list[PluginProblem] = []
+        self._rankings: dict[Any, Ranking] = {}
+        self._measurements: Any = _AUTO
 
     # -- registration (used by tkreg.loading) ---------------------------------------------
     def add(self, spec: Op | Kernel | Scheduler, plugin: PluginInfo) -> None:
@@ -85,6 +115,7 @@ class Registry:
             self._check_kernel(spec)
         table[spec.name] = spec
         self._owner[(kind, spec.name)] = plugin
+        self._rankings.clear()
 
     def _table_for(self, spec: object) -> tuple[str, dict[str, Any]]:
         if isinstance(spec, Op):
@@ -174,16 +205,7 @@ class Registry:
         with its reasons. ``capability`` None means this machine's device, and then the inputs
         must also live where it runs; a given capability is a hypothetical device, so only the
         inputs' dtypes, shapes, strides and alignment are judged."""
-        self.op(op)
-        platform = platform_for(capability)
-        here = capability is None
-        verdicts = [self._judge(k, platform, inputs, here) for k in self.kernels(op)]
-        runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
-        ranked = [runnable[0]] if runnable else []
-        for better, v in itertools.pairwise(runnable):
-            ranked.append(Verdict(v.kernel, (), _why_below(v, better), v.score))
-        rejected = [v for v in verdicts if not v.runs]
-        return ranked + rejected
+        return list(self.ranking(op, capability, inputs).verdicts)
 
     def lookup(
         self,
@@ -192,8 +214,90 @@ class Registry:
         inputs: Sequence[Any] | None = None,
     ) -> list[Kernel]:
         """Kernels of ``op`` that can run there (and take ``inputs``), best first."""
-        return [v.kernel for v in self.explain(op, capability, inputs) if v.runs]
+        return list(self.ranking(op, capability, inputs).runnable)
 
+    def ranking(
+        self,
+        op: str,
+        capability: str | caps.Capability | Platform | None = None,
+        inputs: Sequence[Any] | None = None,
+    ) -> Ranking:
+        """The answer behind :meth:`explain` and :meth:`lookup`, with the peer's standing;
+        cached per (op, platform, input signature)."""
+        platform = platform_for(capability)
+        signature = () if inputs is None else inputs_key(inputs)
+        key = None if signature is None else (op, platform, capability is None, signature)
+        if key is not None:
+            cached = self._rankings.get(key)
+            if cached is not None:
+                return cached
+        result = self._rank(op, platform, capability is None, inputs)
+        if key is not None:
+            if len(self._rankings) >= RANKING_CACHE_SIZE:
+                self._rankings.clear()
+            self._rankings[key] = result
+        return result
+
+    def use_measurements(self, measurements: Measurements | object | None = _AUTO) -> None:
+        """Rank with these wall-time measurements (None: none; default: those shipped for the
+        platform, see :func:`tkreg.walltime.for_platform`). Forgets cached rankings."""
+        self._measurements = measurements
+        self._rankings.clear()
+
+    def measurements_for(self, platform: Platform) -> Measurements | None:
+        if self._measurements is _AUTO:
+            return walltime.for_platform(platform)
+        return self._measurements  # type: ignore[return-value]
+
+    def _rank(self, op: str, platform: Platform, here: bool, inputs: Sequence[Any] | None) -> Ranking:
+        op_spec = self.op(op)
+        verdicts = [self._judge(k, platform, inputs, here) for k in self.kernels(op)]
+        runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
+        rejected = tuple(v for v in verdicts if not v.runs)
+        if inputs is not None and runnable:
+            by_wall = self._rank_by_wall_time(op_spec, platform, runnable, inputs)
+            if by_wall is not None:
+                return Ranking(by_wall.verdicts + rejected, by_wall.peer, by_wall.prefer_peer, by_wall.peer_ranking)
+        return Ranking(tuple(_with_reasons(runnable)) + rejected)
+
+    def _rank_by_wall_time(self, op: Op, platform: Platform, runnable: list[Verdict], inputs: Sequence[Any]) -> Ranking | None:
+        """Measured kernels (and the peer) by the wall-time rule of :mod:`tkreg.walltime`, then
+        the unmeasured ones in priority order; None when nothing here was measured."""
+        measurements = self.measurements_for(platform)
+        if measurements is None or not measurements.covers(op.name):
+            return None
+        from .ops.forms import form_for
+
+        form = form_for(op)
+        try:
+            dims = form.dims(inputs)
+            layout = form.layout(inputs)
+            dtype = dtypes.name_of(inputs[0].dtype)
+        except (AttributeError, IndexError, TypeError, ValueError):  # inputs this form cannot describe
+            return None
+        if dims is None or dtype not in dtypes.ITEMSIZE:
+            return None
+
+        def estimate(impl: str) -> Estimate | None:
+            return measurements.estimate(op, impl, dtype, dims, layout, form.shape_class)
+
+        estimates = {v.kernel.name: e for v in runnable if (e := estimate(v.kernel.name)) is not None}
+        if not estimates:
+            return None
+        peer_label = f"peer {op.peer_name}"
+        peer = estimate(walltime.PEER) if op.peer is not None else None
+        candidates = {**estimates, **({peer_label: peer} if peer is not None else {})}
+        why = dict(walltime.order(candidates, peer=peer_label))
+        order = list(why)
+        measured = [v for v in runnable if v.kernel.name in estimates]
+        measured.sort(key=lambda v: order.index(v.kernel.name))
+        ranked = [Verdict(v.kernel, (), why[v.kernel.name], v.score, estimates[v.kernel.name]) for v in measured]
+        where = measurements.device
+        for v in runnable:
+            if v.kernel.name not in estimates:
+                text = f"no wall-time measurement of {v.kernel.name} for {op.name} on {where}; ranked after the measured kernels"
+                ranked.append(Verdict(v.kernel, (), text, v.score))
+        return Ranking(tuple(ranked), peer, order[0] == peer_label, why.get(peer_label, ""))
     def _judge(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any] | None, here: bool) -> Verdict:
         reasons = unmet_requirements(kernel, platform)
         if inputs is not None and not reasons:
@@ -280,6 +384,14 @@ def _version_in(version: str, spec: str) -> bool:
 
 def _rank_key(v: Verdict) -> tuple[int, float, str]:
     return (-v.kernel.priority, -(v.score if v.score is not None else 0.0), v.kernel.name)
+
+
+def _with_reasons(runnable: list[Verdict]) -> list[Verdict]:
+    """The priority/score order's verdicts, each below the first saying why."""
+    ranked = runnable[:1]
+    for better, v in itertools.pairwise(runnable):
+        ranked.append(Verdict(v.kernel, (), _why_below(v, better), v.score))
+    return ranked
 
 
 def _why_below(v: Verdict, better: Verdict) -> str:

@@ -4,7 +4,9 @@
 ``pytest --tkreg --tkreg-bench`` (device, date and command are in the file and in BENCHMARKS.md).
 An input is mapped to the benchmark shape of its class (narrow rows, many medium rows, square,
 long rows, a few very long rows); a kernel's score is its measured GB/s there. Without a
-measurement the score says so and is 0, so the static order decides.
+measurement the score says so and is 0, so the static order decides. On a GPU with wall-time
+measurements (tkreg.walltime), lookup ranks measured kernels by estimated wall time per call
+instead; this device-time score then orders only kernels without a measurement.
 """
 
 from __future__ import annotations
@@ -15,10 +17,8 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-NARROW_MAX_N = 128  # up to 512 bytes per fp32 row: many rows per program
-MEDIUM_MAX_N = 4096  # a row fits one column step
-LONG_MIN_N = 65536  # rows of 256 KB and more
-FEW_ROWS = 1024  # fewer rows than this cannot fill the GPU one row block per program
+# The shape classes are sum_row's, as tkreg.ops' wall-time model uses them too.
+from tkreg.ops.forms import row_class as shape_class
 
 # Each class and the benchmark shape measured for it.
 CLASSES = {
@@ -28,16 +28,6 @@ CLASSES = {
     "long rows": "4096x131072",
     "few long rows": "32x1048576",
 }
-
-
-def shape_class(m: int, n: int) -> str:
-    if n <= NARROW_MAX_N:
-        return "narrow rows"
-    if n <= MEDIUM_MAX_N:
-        return "medium rows"
-    if m < FEW_ROWS:
-        return "few long rows"
-    return "long rows" if n >= LONG_MIN_N else "square"
 
 
 @functools.lru_cache(maxsize=1)

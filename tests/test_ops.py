@@ -1,0 +1,234 @@
+"""tkreg.ops in eager mode: the inputs people pass (ranks, views, layouts), the op's clear error
+for bad input, the peer fallback and how it is reported, decisions cached per signature, and a
+third-party op callable as tkreg.ops.<name>. Kernels run under the Triton interpreter (CPU) or on
+a GPU; every result is checked against float64."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tkreg  # noqa: E402
+from tests.ops_support import (  # noqa: E402
+    ToyPlugin,
+    assert_matmul_close,
+    assert_sum_close,
+    device_or_skip,
+    install,
+    randn,
+    registry_with,
+    toy_checks,
+    toy_kernel,
+    toy_mul_refusing,
+    toy_mul_torch,
+    toy_wide_rows_only,
+)
+from tkreg.ops import PeerFallbackWarning  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def device() -> str:
+    return device_or_skip()
+
+
+@pytest.fixture
+def ops() -> Any:
+    yield install()
+    tkreg.ops.uninstall()
+
+
+def _exact_sum(a: Any, b: Any) -> Any:
+    return (a.double() + b.double()).to(a.dtype)
+
+
+def _calls(ops: Any, op: str, *inputs: Any) -> str:
+    return ops.explain(op, *inputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape",
+    [(), (1,), (1000,), (2053,), (33, 65), (3, 5, 7), (2, 3, 4, 129)],
+    ids=lambda s: "x".join(map(str, s)) or "scalar",
+)
+def test_add_any_rank_is_exact(ops: Any, device: str, shape: tuple[int, ...], dtype: Any) -> None:
+    a, b = randn(*shape, dtype=dtype, device=device, seed=1), randn(*shape, dtype=dtype, device=device, seed=2)
+    got = ops.add(a, b)
+    assert got.shape == a.shape and got.dtype == dtype
+    assert torch.equal(got, _exact_sum(a, b))
+    assert "calls its peer" not in _calls(ops, "add", a, b)  # a kernel took them
+
+
+def test_add_views_go_to_kernels_without_copies(ops: Any, device: str) -> None:
+    base = randn(40, 70, dtype=torch.float32, device=device, seed=3)
+    padded = base[:, 3:68]  # rows inside wider rows
+    transposed = randn(65, 40, dtype=torch.float32, device=device, seed=4).t()
+    assert torch.equal(ops.add(padded, transposed), _exact_sum(padded, transposed))
+    # 3-D tensors whose dims merge into one 2-D layout for both inputs: rows of a wider tensor,
+    # and a permutation whose two leading dims merge into transposed rows
+    rows = randn(2, 3, 20, dtype=torch.float32, device=device, seed=5)[:, :, 5:15]  # strides (60, 20, 1)
+    permuted = randn(10, 4, 6, dtype=torch.float32, device=device, seed=6).permute(1, 2, 0)  # (4, 6, 10), strides (6, 1, 24)
+    contiguous = randn(4, 6, 10, dtype=torch.float32, device=device, seed=7)
+    assert torch.equal(ops.add(rows, rows), _exact_sum(rows, rows))
+    assert torch.equal(ops.add(permuted, contiguous), _exact_sum(permuted, contiguous))
+    for inputs in ((padded, transposed), (rows, rows), (permuted, contiguous)):
+        assert "calls add_triton" in _calls(ops, "add", *inputs)
+
+
+def test_add_layout_no_view_can_express_goes_to_the_peer_and_says_why(ops: Any, device: str) -> None:
+    x = randn(4, 6, 10, dtype=torch.float32, device=device, seed=7).permute(1, 0, 2)  # (6, 4, 10), strides (10, 60, 1)
+    y = randn(6, 4, 10, dtype=torch.float32, device=device, seed=8)  # three dim groups between them
+    with pytest.warns(PeerFallbackWarning, match=r"cannot be viewed as one 2-D layout without a copy"):
+        got = ops.add(x, y)
+    assert torch.equal(got, _exact_sum(x, y))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape", [(1,), (257,), (5, 33), (3, 4, 65), (2, 2, 3, 300)], ids=lambda s: "x".join(map(str, s))
+)
+def test_sum_row_sums_the_last_dim_of_any_rank(ops: Any, device: str, shape: tuple[int, ...], dtype: Any) -> None:
+    x = randn(*shape, dtype=dtype, device=device, seed=9)
+    assert_sum_close(ops.sum_row(x), x)
+    assert "calls its peer" not in _calls(ops, "sum_row", x)
+
+
+def test_sum_row_strided_views(ops: Any, device: str) -> None:
+    sliced = randn(6, 5, 40, dtype=torch.float32, device=device, seed=10)[:, :, 3:37]  # rows in wider rows
+    assert_sum_close(ops.sum_row(sliced), sliced)
+    last_transposed = randn(7, 33, dtype=torch.float32, device=device, seed=11).t()  # last stride 33
+    assert_sum_close(ops.sum_row(last_transposed), last_transposed)
+    assert "calls its peer" not in _calls(ops, "sum_row", sliced)
+    # leading dims that cannot merge into rows: the peer, with the reason
+    x = randn(4, 5, 6, dtype=torch.float32, device=device, seed=12).transpose(0, 1)
+    with pytest.warns(PeerFallbackWarning, match="leading dims cannot be merged into rows"):
+        assert_sum_close(ops.sum_row(x), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("a_shape", [(40,), (33, 40), (2, 5, 40)], ids=lambda s: "x".join(map(str, s)))
+def test_matmul_as_linear_uses_it(ops: Any, device: str, a_shape: tuple[int, ...], dtype: Any) -> None:
+    a = randn(*a_shape, dtype=dtype, device=device, seed=13)
+    weight = randn(24, 40, dtype=dtype, device=device, seed=14)  # (N, K), row-major, as nn.Linear holds it
+    got = ops.matmul(a, weight.t())
+    assert got.shape == (*a_shape[:-1], 24)
+    assert_matmul_close(got, a.double() @ weight.double().t(), k=40)
+    b = randn(40, 24, dtype=dtype, device=device, seed=15)  # a row-major (K, N) B
+    assert_matmul_close(ops.matmul(a, b), a.double() @ b.double(), k=40)
+    assert "calls its peer" not in _calls(ops, "matmul", a, weight.t())
+
+
+def test_inputs_no_kernel_takes_go_to_the_peer_once_warned_and_explain_says_the_same(ops: Any, device: str) -> None:
+    a = randn(9, 17, dtype=torch.float64, device=device, seed=16)
+    b = randn(9, 17, dtype=torch.float64, device=device, seed=17)
+    with pytest.warns(PeerFallbackWarning) as caught:
+        got = ops.add(a, b)
+    assert torch.equal(got, a + b)
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith("tkreg.ops.add calls its peer torch.add: no registered kernel takes these inputs")
+    reason = "input 0 is float64; add_triton takes float32, float16, bfloat16"
+    assert reason in message
+    assert any(reason in v.reasons for v in tkreg.explain("add", inputs=(a, b)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per reason: a second call is quiet
+        assert torch.equal(ops.add(a, b), a + b)
+    assert "calls its peer" in ops.explain("add", a, b)
+
+
+@pytest.mark.parametrize(
+    ("op", "make", "message"),
+    [
+        ("add", lambda d: (torch.ones(3, 4, device=d), torch.ones(4, 3, device=d)), r"one shape, got \(3, 4\) and \(4, 3\)"),
+        ("add", lambda d: (torch.ones(3, device=d), torch.ones(3, device=d).half()), "a and b must have one dtype"),
+        ("add", lambda d: ([1.0], torch.ones(1, device=d)), "a must be a torch.Tensor, got list"),
+        ("add", lambda d: (torch.ones(3, device=d),), "add takes 2 tensor"),
+        ("sum_row", lambda d: (torch.tensor(1.0, device=d),), "x must have at least one dimension"),
+        ("matmul", lambda d: (torch.ones(3, 5, device=d).half(), torch.ones(4, 2, device=d).half()), "inner dimensions differ"),
+        ("matmul", lambda d: (torch.ones(3, 5, device=d).half(), torch.ones(2, 5, 2, device=d).half()), r"b must be 2-D"),
+    ],
+)
+def test_bad_input_gets_the_ops_clear_error(ops: Any, device: str, op: str, make: Any, message: str) -> None:
+    with pytest.raises(tkreg.InputError, match=f"tkreg.ops.{op}: .*{message}"):
+        tkreg.ops.get(op)(*make(device))
+
+
+def test_a_repeated_signature_does_no_ranking(ops: Any, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = tkreg.default_registry()
+    calls = []
+    original = registry.ranking
+    monkeypatch.setattr(registry, "ranking", lambda *a, **k: calls.append(a) or original(*a, **k))
+    a, b = (randn(12, 20, dtype=torch.float32, device=device, seed=s) for s in (18, 19))
+    for _ in range(3):
+        ops.add(a, b)
+    assert len(calls) == 1
+    ops.add(a.t().contiguous(), b.t().contiguous())  # another shape: another decision
+    assert len(calls) == 2
+    ops.add(_same_alignment_as(a, seed=20), b)  # new tensors, same signature
+    assert len(calls) == 2
+
+
+def _same_alignment_as(t: Any, seed: int) -> Any:
+    """A new tensor with t's shape, dtype and base-address alignment class (CPU allocations are
+    not all 128-byte aligned), filled with fresh values."""
+    from tkreg.signature import ALIGNMENT_CLASS_BYTES
+
+    spare = ALIGNMENT_CLASS_BYTES // t.element_size()
+    buffer = torch.empty(t.numel() + spare, dtype=t.dtype, device=t.device)
+    shift = ((t.data_ptr() - buffer.data_ptr()) % ALIGNMENT_CLASS_BYTES) // t.element_size()
+    new = buffer[shift : shift + t.numel()].view(t.shape)
+    new.copy_(randn(*t.shape, dtype=t.dtype, device=t.device.type, seed=seed))
+    assert new.data_ptr() % ALIGNMENT_CLASS_BYTES == t.data_ptr() % ALIGNMENT_CLASS_BYTES
+    return new
+
+
+def test_a_third_party_op_is_callable_as_tkreg_ops_and_torch_ops(device: str) -> None:
+    plugin = ToyPlugin(toy_kernel("toy_mul_torch", toy_mul_torch, requires=tkreg.Requirements(inputs=toy_checks)))
+    ops = install(registry_with(plugin))
+    try:
+        x, y = randn(5, 7, dtype=torch.float32, device=device, seed=21), randn(5, 7, dtype=torch.float32, device=device, seed=22)
+        assert torch.equal(ops.toy_mul(x, y), x * y)
+        assert torch.equal(torch.ops.tkreg.toy_mul(x, y), x * y)
+        assert "toy_mul" in ops.names() and "calls toy_mul_torch" in ops.explain("toy_mul", x, y)
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_a_refusing_launcher_passes_the_call_to_the_next_kernel(device: str) -> None:
+    plugin = ToyPlugin(
+        toy_kernel("toy_mul_picky", toy_mul_refusing, priority=10),
+        toy_kernel("toy_mul_torch", toy_mul_torch),
+        toy_kernel("toy_mul_wide", toy_mul_torch, priority=20, requires=tkreg.Requirements(inputs=toy_wide_rows_only)),
+    )
+    ops = install(registry_with(plugin))
+    try:
+        x, y = randn(3, 4, dtype=torch.float32, device=device, seed=23), randn(3, 4, dtype=torch.float32, device=device, seed=24)
+        assert "toy_mul_picky" in ops.explain("toy_mul", x, y)  # toy_mul_wide's declared check drops it
+        assert torch.equal(ops.toy_mul(x, y), x * y)  # picky refuses 3 rows at launch: toy_mul_torch runs
+        assert ops.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls toy_mul_picky")  # a new plan
+        even = randn(4, 4, dtype=torch.float32, device=device, seed=25)
+        assert torch.equal(ops.toy_mul(even, even), even * even)
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_no_kernel_and_no_peer_is_the_ops_error(device: str) -> None:
+    wide = toy_kernel("toy_mul_wide", toy_mul_torch, requires=tkreg.Requirements(inputs=toy_wide_rows_only))
+    plugin = ToyPlugin(wide, peer=False)
+    ops = install(registry_with(plugin))
+    try:
+        narrow = randn(3, 4, dtype=torch.float32, device=device, seed=26)
+        with pytest.raises(tkreg.InputError, match=r"toy_mul_wide: rows of 4 elements; toy_mul_wide needs at least 8.*no peer"):
+            ops.toy_mul(narrow, narrow)
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_unknown_op_lists_the_known_ones(ops: Any) -> None:
+    with pytest.raises(AttributeError, match=r"tkreg.ops has no op 'conv'; registered ops: add, matmul, sum_row"):
+        ops.conv  # noqa: B018
+    with pytest.raises(tkreg.UnknownNameError, match="known ops: add, matmul, sum_row"):
+        ops.get("conv")

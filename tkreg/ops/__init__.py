@@ -1,0 +1,102 @@
+"""tkreg.ops: every registered op as a callable, ``tkreg.ops.<op>(*inputs)``, and as a PyTorch
+operator, ``torch.ops.tkreg.<op>``.
+
+    import tkreg
+    y = tkreg.ops.matmul(x, weight.t())      # x (..., K), weight (N, K), as F.linear uses it
+    s = tkreg.ops.sum_row(y)                  # sums the last dim
+    print(tkreg.ops.explain("add", a, b))     # which kernel a call runs, and why
+
+The callables are built from the registry on first use (that imports torch; importing this
+module does not), one per op, so a third-party plugin's op appears here with no code in tkreg.
+See :mod:`tkreg.ops.dispatch` for how a call picks its kernel and what is cached, and
+:mod:`tkreg.ops.library` for the torch operators (torch.compile, autograd).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .dispatch import TRACEABLE, PeerFallbackWarning
+
+__all__ = ["PeerFallbackWarning", "explain", "get", "install", "names", "traceable"]
+
+_installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
+
+
+def install(registry: Any = None) -> list[str]:
+    """Build the callables for every op of ``registry`` (default: tkreg.default_registry()) and
+    make them this module's attributes, replacing those of a previous install; returns their
+    names. Called on first use; call it again after tkreg.reload() or to use another registry."""
+    import tkreg
+
+    from .dispatch import Dispatcher
+    from .library import entry_point, torch_operator
+
+    registry = tkreg.default_registry() if registry is None else registry
+    module = globals()
+    for name in _installed["ops"]:
+        module.pop(name, None)
+    ops: dict[str, Callable[..., Any]] = {}
+    dispatchers = {}
+    for op in registry.ops():
+        dispatcher = dispatchers[op.name] = Dispatcher(registry, op)
+        slot, overload = torch_operator(dispatcher)
+        ops[op.name] = entry_point(dispatcher, overload)
+        if slot is not None:
+            slot.entry = ops[op.name]
+    _installed.update(registry=registry, ops=ops, dispatchers=dispatchers)
+    for name, fn in ops.items():
+        if name.isidentifier() and name not in __all__:
+            module[name] = fn
+    return sorted(ops)
+
+
+def uninstall() -> None:
+    """Forget the callables; the next use builds them again from tkreg.default_registry()."""
+    module = globals()
+    for name in _installed["ops"]:
+        module.pop(name, None)
+    _installed.update(registry=None, ops={}, dispatchers={})
+
+
+def _ops() -> dict[str, Callable[..., Any]]:
+    if _installed["registry"] is None:
+        install()
+    return _installed["ops"]
+
+
+def get(name: str) -> Callable[..., Any]:
+    """The callable of op ``name`` (also for names that are not identifiers)."""
+    ops = _ops()
+    if name not in ops:
+        from ..errors import UnknownNameError
+
+        raise UnknownNameError("op", name, list(ops))
+    return ops[name]
+
+
+def names() -> list[str]:
+    return sorted(_ops())
+
+
+def explain(op: str, *inputs: Any) -> str:
+    """What ``tkreg.ops.<op>(*inputs)`` does with these inputs and why, without running it."""
+    get(op)  # an unknown op's error lists the known ones
+    return _installed["dispatchers"][op].describe(inputs)
+
+
+def traceable(launcher: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a launcher that torch.compile may trace on FakeTensors: it launches its Triton kernels
+    through ``torch.library.wrap_triton`` and reads no data pointer. Returns the launcher."""
+    setattr(launcher, TRACEABLE, True)
+    return launcher
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    ops = _ops()
+    if name in ops:
+        return ops[name]
+    raise AttributeError(f"tkreg.ops has no op {name!r}; registered ops: {', '.join(sorted(ops)) or 'none'}")

@@ -32,6 +32,22 @@ def randn(*shape: int, dtype: Any, device: str, seed: int) -> Any:
     return torch.randn(shape, generator=g, dtype=torch.float32).to(dtype=dtype, device=device)
 
 
+def same_alignment_as(t: Any, seed: int) -> Any:
+    """A new tensor with t's shape, dtype and base-address alignment class (CPU allocations are
+    not all 128-byte aligned), filled with fresh values."""
+    import torch
+
+    from tkreg.signature import ALIGNMENT_CLASS_BYTES
+
+    spare = ALIGNMENT_CLASS_BYTES // t.element_size()
+    buffer = torch.empty(t.numel() + spare, dtype=t.dtype, device=t.device)
+    shift = ((t.data_ptr() - buffer.data_ptr()) % ALIGNMENT_CLASS_BYTES) // t.element_size()
+    new = buffer[shift : shift + t.numel()].view(t.shape)
+    new.copy_(randn(*t.shape, dtype=t.dtype, device=t.device.type, seed=seed))
+    assert new.data_ptr() % ALIGNMENT_CLASS_BYTES == t.data_ptr() % ALIGNMENT_CLASS_BYTES
+    return new
+
+
 def assert_sum_close(got: Any, x: Any) -> None:
     """sum_row's tolerance (tkreg_reductions.plugin.TOLERANCES): fp32 accumulation of N terms,
     one rounding to the output dtype."""

@@ -21,6 +21,7 @@ from tests.ops_support import (  # noqa: E402
     install,
     randn,
     registry_with,
+    same_alignment_as,
     toy_checks,
     toy_kernel,
     toy_mul_refusing,
@@ -167,22 +168,9 @@ def test_a_repeated_signature_does_no_ranking(ops: Any, device: str, monkeypatch
     assert len(calls) == 1
     ops.add(a.t().contiguous(), b.t().contiguous())  # another shape: another decision
     assert len(calls) == 2
-    ops.add(_same_alignment_as(a, seed=20), b)  # new tensors, same signature
+    ops.add(same_alignment_as(a, seed=20), b)  # new tensors, same signature
     assert len(calls) == 2
 
-
-def _same_alignment_as(t: Any, seed: int) -> Any:
-    """A new tensor with t's shape, dtype and base-address alignment class (CPU allocations are
-    not all 128-byte aligned), filled with fresh values."""
-    from tkreg.signature import ALIGNMENT_CLASS_BYTES
-
-    spare = ALIGNMENT_CLASS_BYTES // t.element_size()
-    buffer = torch.empty(t.numel() + spare, dtype=t.dtype, device=t.device)
-    shift = ((t.data_ptr() - buffer.data_ptr()) % ALIGNMENT_CLASS_BYTES) // t.element_size()
-    new = buffer[shift : shift + t.numel()].view(t.shape)
-    new.copy_(randn(*t.shape, dtype=t.dtype, device=t.device.type, seed=seed))
-    assert new.data_ptr() % ALIGNMENT_CLASS_BYTES == t.data_ptr() % ALIGNMENT_CLASS_BYTES
-    return new
 
 
 def test_a_third_party_op_is_callable_as_tkreg_ops_and_torch_ops(device: str) -> None:

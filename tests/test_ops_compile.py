@@ -1,0 +1,137 @@
+"""tkreg ops under torch.compile(fullgraph=True): no graph break, the same results as eager, the
+compiled graph dispatching on the real tensors at run time, a traceable launcher traced into the
+graph only where its choice cannot depend on alignment, and gradients through compiled code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tkreg  # noqa: E402
+from tests.ops_support import (  # noqa: E402
+    ToyPlugin,
+    device_or_skip,
+    install,
+    randn,
+    registry_with,
+    toy_kernel,
+    toy_mul_refusing,
+    toy_mul_torch,
+)
+
+TMA_CHECKS = "tkreg.inputs:tma_inputs_reasons"
+
+
+@pytest.fixture(scope="module")
+def device() -> str:
+    return device_or_skip()
+
+
+@pytest.fixture
+def ops() -> Any:
+    torch._dynamo.reset()
+    yield install()
+    tkreg.ops.uninstall()
+    torch._dynamo.reset()
+
+
+def capturing_backend(graphs: list[str]) -> Any:
+    """aot_eager that keeps the code of every forward graph AOTAutograd hands the compiler."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward(gm: Any, example_inputs: Any) -> Any:
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    return aot_autograd(fw_compiler=forward)
+
+
+def block(x: Any, weight: Any, residual: Any) -> Any:
+    """Two chained tkreg ops and a third: the row sums of x @ weight^T + residual."""
+    return tkreg.ops.sum_row(tkreg.ops.add(tkreg.ops.matmul(x, weight.t()), residual))
+
+
+def test_fullgraph_aot_eager_matches_eager(ops: Any, device: str) -> None:
+    x = randn(2, 9, 32, dtype=torch.float16, device=device, seed=1)
+    weight = randn(24, 32, dtype=torch.float16, device=device, seed=2)
+    residual = randn(2, 9, 24, dtype=torch.float16, device=device, seed=3)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x, weight, residual), block(x, weight, residual))  # the same kernels: bit for bit
+
+
+def test_the_compiled_graph_dispatches_at_run_time(ops: Any, device: str) -> None:
+    graphs: list[str] = []
+    compiled = torch.compile(block, fullgraph=True, backend=capturing_backend(graphs))
+    x = randn(4, 32, dtype=torch.float16, device=device, seed=4)
+    weight = randn(16, 32, dtype=torch.float16, device=device, seed=5)
+    residual = randn(4, 16, dtype=torch.float16, device=device, seed=6)
+    assert torch.equal(compiled(x, weight, residual), block(x, weight, residual))
+    (code,) = graphs
+    for op in ("matmul", "add", "sum_row"):  # no built-in launcher is traceable: each op decides at run time
+        assert f"torch.ops.tkreg_dispatch.{op}.default" in code
+
+
+def test_dynamic_shapes_keep_one_graph(ops: Any, device: str) -> None:
+    compiled = torch.compile(lambda a, b: tkreg.ops.add(a, b), fullgraph=True, backend="aot_eager", dynamic=True)
+    for rows in (5, 11, 17):
+        a, b = (randn(rows, 40, dtype=torch.float32, device=device, seed=rows + s) for s in (0, 1))
+        assert torch.equal(compiled(a, b), a + b)
+
+
+def test_a_traceable_launcher_is_traced_into_the_graph(device: str) -> None:
+    torch._dynamo.reset()
+    install(registry_with(ToyPlugin(toy_kernel("toy_mul_torch", toy_mul_torch))))
+    try:
+        graphs: list[str] = []
+        compiled = torch.compile(lambda x, y: tkreg.ops.toy_mul(x, y), fullgraph=True, backend=capturing_backend(graphs))
+        x, y = randn(6, 8, dtype=torch.float32, device=device, seed=7), randn(6, 8, dtype=torch.float32, device=device, seed=8)
+        assert torch.equal(compiled(x, y), x * y)
+        (code,) = graphs
+        assert "torch.ops.aten.mul" in code and "tkreg_dispatch" not in code
+    finally:
+        tkreg.ops.uninstall()
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        # ranks first but is not traceable
+        toy_kernel("toy_mul_picky", toy_mul_refusing, priority=10),
+        # ranks first only for inputs with 16-byte aligned addresses and rows, which a trace cannot know
+        toy_kernel("toy_mul_tma", toy_mul_torch, priority=10, requires=tkreg.Requirements(inputs=TMA_CHECKS)),
+    ],
+    ids=lambda k: k.name,
+)
+def test_a_choice_a_trace_cannot_make_is_left_to_run_time(device: str, first: tkreg.Kernel) -> None:
+    torch._dynamo.reset()
+    install(registry_with(ToyPlugin(first, toy_kernel("toy_mul_torch", toy_mul_torch))))
+    try:
+        graphs: list[str] = []
+        compiled = torch.compile(lambda x, y: tkreg.ops.toy_mul(x, y), fullgraph=True, backend=capturing_backend(graphs))
+        x, y = randn(6, 8, dtype=torch.float32, device=device, seed=9), randn(6, 8, dtype=torch.float32, device=device, seed=10)
+        assert torch.equal(compiled(x, y), x * y)
+        (code,) = graphs
+        assert "torch.ops.tkreg_dispatch.toy_mul.default" in code
+    finally:
+        tkreg.ops.uninstall()
+        torch._dynamo.reset()
+
+
+def test_gradients_through_compiled_code_match_eager(ops: Any, device: str) -> None:
+    def leaves() -> tuple[Any, ...]:
+        return (
+            randn(3, 7, 32, dtype=torch.float16, device=device, seed=11).requires_grad_(),
+            randn(16, 32, dtype=torch.float16, device=device, seed=12).requires_grad_(),
+            randn(3, 7, 16, dtype=torch.float16, device=device, seed=13).requires_grad_(),
+        )
+
+    eager, compiled = leaves(), leaves()
+    block(*eager).sum().backward()
+    torch.compile(block, fullgraph=True, backend="aot_eager")(*compiled).sum().backward()
+    for e, c in zip(eager, compiled):
+        assert torch.equal(e.grad, c.grad)

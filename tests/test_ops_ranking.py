@@ -1,0 +1,193 @@
+"""Ranking by what users pay: the wall-time model between measured points, the ranking rule
+(ties within 3% go to the cheaper launcher, kernels before the peer), lookup and explain on a
+measured GPU, the lookup cache, and which data file a platform uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tkreg  # noqa: E402
+from tests.ops_support import same_alignment_as  # noqa: E402
+from tkreg import walltime  # noqa: E402
+from tkreg.loading import build_registry  # noqa: E402
+from tkreg.ops.forms import form_for  # noqa: E402
+from tkreg.platform import Platform  # noqa: E402
+from tkreg.walltime import Estimate, Measurements, Point  # noqa: E402
+
+GPU = Platform.cuda("9.0", name="Test GPU")
+DATE = "2026-11-23T10:00:00Z"
+
+
+def _points(impl: str, rows: list[tuple[int, float, float, float]], dtype: str = "float32") -> list[Point]:
+    """(side, wall, device, host) per square add input."""
+    return [Point("add", impl, dtype, {"M": n, "N": n}, "contiguous", w, d, h) for n, w, d, h in rows]
+
+
+MEASURED = Measurements(
+    "Test GPU",
+    "9.0",
+    DATE,
+    "python scripts/gpu/ops_measure.py",
+    _points("add_triton", [(1024, 10.0, 9.5, 12.0), (4096, 52.0, 51.0, 12.0)])
+    + _points("add_big_tiles", [(1024, 10.2, 9.0, 30.0), (4096, 50.0, 49.5, 30.0)])
+    + _points("peer", [(1024, 9.9, 9.5, 5.0), (4096, 53.0, 52.5, 5.0)])
+    + _points("add_triton", [(1024, 11.0, 10.5, 12.0)], dtype="float16"),
+)
+
+
+class Kernels:
+    @tkreg.hookimpl
+    def tkreg_register_kernels(self, register: Any) -> None:
+        for name in ("add_big_tiles", "add_unmeasured"):
+            register(tkreg.Kernel(name=name, op="add", launcher="tests.helpers:cost", interpretable=True, priority=50))
+
+
+@pytest.fixture
+def registry() -> tkreg.Registry:
+    reg = build_registry(plugins=[("extra", Kernels())], env={"TKREG_PLUGINS": "elementwise"})
+    reg.use_measurements(MEASURED)
+    return reg
+
+
+def _estimate(registry: tkreg.Registry, impl: str, *inputs: Any) -> Estimate | None:
+    op = registry.op("add")
+    form = form_for(op)
+    dtype = str(inputs[0].dtype).removeprefix("torch.")
+    return MEASURED.estimate(op, impl, dtype, form.dims(inputs), form.layout(inputs), form.shape_class)
+
+
+def _square(n: int, dtype: Any = torch.float32) -> tuple[Any, Any]:
+    return torch.empty(n, n, dtype=dtype), torch.empty(n, n, dtype=dtype)
+
+
+def test_a_measured_point_is_its_own_estimate(registry: tkreg.Registry) -> None:
+    e = _estimate(registry, "add_triton", *_square(1024))
+    assert (e.wall_us, e.device_us, e.host_us) == (10.0, 9.5, 12.0)
+    assert e.basis == "measured at 1024x1024 (Test GPU, 2026-11-23)"
+
+
+def test_between_points_interpolates_in_log_work(registry: tkreg.Registry) -> None:
+    e = _estimate(registry, "add_triton", *_square(2048))  # 4x the bytes of 1024^2, a quarter of 4096^2's
+    assert e.wall_us == pytest.approx((10.0 * 52.0) ** 0.5)
+    assert e.device_us == pytest.approx((9.5 * 51.0) ** 0.5)
+    assert e.basis.startswith("interpolated between 1024x1024 and 4096x4096")
+
+
+def test_beyond_the_largest_point_device_time_scales_with_work(registry: tkreg.Registry) -> None:
+    e = _estimate(registry, "add_triton", *_square(8192))
+    assert e.device_us == pytest.approx(51.0 * 4)
+    assert e.wall_us == pytest.approx(51.0 * 4 + (52.0 - 51.0))  # the launch overhead stays
+    small = _estimate(registry, "add_triton", *_square(100))
+    assert small.wall_us == 10.0 and "the smallest measured size" in small.basis
+
+
+def test_other_dtypes_layouts_and_kernels(registry: tkreg.Registry) -> None:
+    bf16 = _estimate(registry, "add_triton", *_square(1024, torch.bfloat16))
+    assert bf16.wall_us == 11.0 and "measured as float16" in bf16.basis
+    a, b = _square(1024)
+    transposed = _estimate(registry, "add_triton", a.t(), b)
+    assert transposed.wall_us == 10.0 and "no measurement with layout strided" in transposed.basis
+    assert _estimate(registry, "add_unmeasured", a, b) is None
+
+
+def test_order_ties_go_to_the_cheaper_call_and_kernels_beat_the_peer() -> None:
+    def e(wall: float, host: float) -> Estimate:
+        return Estimate(wall, wall, host, "b")
+
+    assert [n for n, _ in walltime.order({"slow": e(20, 1), "fast": e(10, 30), "cheap": e(10.2, 8)})] == ["cheap", "fast", "slow"]
+    why = dict(walltime.order({"fast": e(10, 30), "cheap": e(10.2, 8)}))
+    assert why["fast"].startswith("ranked below cheap: as fast within 3% (10.0 vs 10.2 us) but costs 30.0 us per queued call")
+    assert [n for n, _ in walltime.order({"peer x": e(10, 5), "k": e(10, 5)}, peer="peer x")] == ["k", "peer x"]
+    beyond_tie = walltime.order({"fast": e(10, 30), "cheap": e(10.4, 8)})
+    assert [n for n, _ in beyond_tie] == ["fast", "cheap"]
+    assert beyond_tie[1][1].startswith("ranked below fast: estimated 10.4 us per call")
+
+
+def test_lookup_ranks_measured_kernels_by_wall_time_and_says_why(registry: tkreg.Registry) -> None:
+    big = _square(4096)
+    verdicts = registry.explain("add", GPU, inputs=big)
+    assert [v.kernel.name for v in verdicts] == ["add_big_tiles", "add_triton", "add_unmeasured"]
+    assert verdicts[0].ranking.startswith("estimated 50.0 us per call (device 49.5 us, host 30.0 us); measured at 4096x4096")
+    assert verdicts[1].ranking.startswith("ranked below add_big_tiles: estimated 52.0 us per call")
+    assert verdicts[2].ranking == (
+        "no wall-time measurement of add_unmeasured for add on Test GPU; ranked after the measured kernels"
+    )
+    ranking = registry.ranking("add", GPU, big)
+    assert not ranking.prefer_peer and ranking.peer.wall_us == 53.0
+    # without measurements: priority order as before
+    registry.use_measurements(None)
+    assert [k.name for k in registry.lookup("add", GPU, inputs=big)] == ["add_big_tiles", "add_unmeasured", "add_triton"]
+
+
+def test_the_peer_is_preferred_where_it_is_as_fast_and_cheaper_to_call(registry: tkreg.Registry) -> None:
+    small = _square(1024)
+    ranking = registry.ranking("add", GPU, small)
+    assert ranking.prefer_peer
+    assert ranking.peer_ranking.startswith("estimated 9.9 us per call (device 9.5 us, host 5.0 us)")
+    first = ranking.verdicts[0]
+    assert first.kernel.name == "add_triton"  # within 3% of the peer; add_big_tiles is just over 3% slower
+    assert first.ranking.startswith("ranked below peer torch.add: as fast within 3%")
+    # lookup returns kernels only: the peer's standing is in the ranking and explain's text
+    assert registry.lookup("add", GPU, inputs=small)[0].name == "add_triton"
+
+
+def test_lookup_with_inputs_is_cached_per_signature(registry: tkreg.Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    original = registry._rank
+    monkeypatch.setattr(registry, "_rank", lambda *a: calls.append(a) or original(*a))
+    a, b = _square(64)
+    first = registry.lookup("add", GPU, inputs=(a, b))
+    assert registry.lookup("add", GPU, inputs=(a, b)) == first
+    assert registry.lookup("add", GPU, inputs=(same_alignment_as(a, seed=1), b)) == first  # new tensors, same signature
+    assert len(calls) == 1
+    registry.lookup("add", GPU, inputs=(a[:, :32], b[:, :32]))  # another shape
+    registry.lookup("add", GPU, inputs=(a.double(), b.double()))  # another dtype
+    assert len(calls) == 3
+    registry.use_measurements(MEASURED)  # forgets every cached ranking
+    registry.lookup("add", GPU, inputs=(a, b))
+    assert len(calls) == 4
+
+
+def _data_file(tmp_path: Path, device: str, capability: str) -> Path:
+    rows = [{"op": "add", "impl": "add_triton", "dtype": "float32", "dims": {"M": 8, "N": 8}, "layout": "contiguous",
+             "wall_us": 5.0, "device_us": 4.0, "host_us": 9.0}]
+    path = tmp_path / f"{device.replace(' ', '-')}.json"
+    path.write_text(json.dumps({"kind": "ops_ranking", "meta": {"device": device, "capability": capability}, "rows": rows}))
+    return path
+
+
+def test_a_platform_uses_data_of_its_device_else_of_its_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(walltime.ENV_VAR, str(_data_file(tmp_path, "NVIDIA H100 80GB HBM3", "9.0")))
+    exact = walltime.for_platform(Platform.cuda("9.0", "NVIDIA H100 80GB HBM3"))
+    assert exact is not None and exact.points[0].wall_us == 5.0
+    assert walltime.for_platform(Platform.cuda("9.0", "NVIDIA H100 PCIe")) is exact  # same capability
+    assert walltime.for_platform(Platform.cuda("8.0", "NVIDIA A100")) is None
+    assert walltime.for_platform(Platform.cuda("9.0")) is None  # a bare capability: priority and score rank
+    assert walltime.for_platform(Platform.interpreter()) is None
+
+
+def test_a_file_of_another_kind_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"kind": "host_overhead", "meta": {}, "rows": []}))
+    with pytest.raises(ValueError, match="not a ranking data file: kind 'host_overhead'"):
+        walltime.load(str(path))
+
+
+def test_shipped_ranking_data_names_registered_ops_and_kernels() -> None:
+    files = walltime.data_files()
+    if not files:
+        pytest.skip(f"no ranking data in {walltime.DATA_DIR} yet (scripts/gpu/ops_measure.py writes it)")
+    registry = tkreg.default_registry()
+    for path in files:
+        data = walltime.load(str(path))
+        assert data.device and data.capability and data.date and data.command, path
+        for p in data.points:
+            kernels = {k.name for k in registry.kernels(p.op)}
+            assert p.impl in kernels | {walltime.PEER}, (path, p)
+            assert p.wall_us > 0 and (p.device_us is None or p.device_us > 0), (path, p)

@@ -25,6 +25,12 @@ def device_or_skip() -> str:
     pytest.skip("needs a GPU, or the Triton interpreter on for the whole process (pytest --tkreg, or TRITON_INTERPRET=1)")
 
 
+def installed_ops() -> Any:
+    """Fixture body: tkreg.ops built from the installed plugins, forgotten after the test."""
+    yield install()
+    tkreg.ops.uninstall()
+
+
 def randn(*shape: int, dtype: Any, device: str, seed: int) -> Any:
     import torch
 

@@ -19,6 +19,7 @@ from tests.ops_support import (  # noqa: E402
     assert_sum_close,
     device_or_skip,
     install,
+    installed_ops,
     randn,
     registry_with,
     same_alignment_as,
@@ -30,16 +31,8 @@ from tests.ops_support import (  # noqa: E402
 )
 from tkreg.ops import PeerFallbackWarning  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def device() -> str:
-    return device_or_skip()
-
-
-@pytest.fixture
-def ops() -> Any:
-    yield install()
-    tkreg.ops.uninstall()
+device = pytest.fixture(scope="module")(device_or_skip)
+ops = pytest.fixture(installed_ops)
 
 
 def _exact_sum(a: Any, b: Any) -> Any:
@@ -152,6 +145,7 @@ def test_inputs_no_kernel_takes_go_to_the_peer_once_warned_and_explain_says_the_
         ("matmul", lambda d: (torch.ones(3, 5, device=d).half(), torch.ones(2, 5, 2, device=d).half()), r"b must be 2-D"),
     ],
 )
+
 def test_bad_input_gets_the_ops_clear_error(ops: Any, device: str, op: str, make: Any, message: str) -> None:
     with pytest.raises(tkreg.InputError, match=f"tkreg.ops.{op}: .*{message}"):
         tkreg.ops.get(op)(*make(device))

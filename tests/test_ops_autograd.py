@@ -10,18 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tkreg  # noqa: E402
-from tests.ops_support import assert_matmul_close, device_or_skip, install, randn, registry_with  # noqa: E402
+from tests.ops_support import assert_matmul_close, device_or_skip, install, installed_ops, randn, registry_with  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def device() -> str:
-    return device_or_skip()
-
-
-@pytest.fixture
-def ops() -> Any:
-    yield install()
-    tkreg.ops.uninstall()
+device = pytest.fixture(scope="module")(device_or_skip)
+ops = pytest.fixture(installed_ops)
 
 
 def _leaf(*shape: int, dtype: Any, device: str, seed: int) -> Any:

@@ -15,6 +15,7 @@ from tests.ops_support import (  # noqa: E402
     ToyPlugin,
     device_or_skip,
     install,
+    installed_ops,
     randn,
     registry_with,
     toy_kernel,
@@ -22,19 +23,17 @@ from tests.ops_support import (  # noqa: E402
     toy_mul_torch,
 )
 
+device = pytest.fixture(scope="module")(device_or_skip)
+ops = pytest.fixture(installed_ops)
+
 TMA_CHECKS = "tkreg.inputs:tma_inputs_reasons"
 
 
-@pytest.fixture(scope="module")
-def device() -> str:
-    return device_or_skip()
-
-
-@pytest.fixture
-def ops() -> Any:
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Any:
+    """Each test compiles from scratch, with no graph a previous test left."""
     torch._dynamo.reset()
-    yield install()
-    tkreg.ops.uninstall()
+    yield
     torch._dynamo.reset()
 
 
@@ -82,19 +81,24 @@ def test_dynamic_shapes_keep_one_graph(ops: Any, device: str) -> None:
         assert torch.equal(compiled(a, b), a + b)
 
 
-def test_a_traceable_launcher_is_traced_into_the_graph(device: str) -> None:
-    torch._dynamo.reset()
-    install(registry_with(ToyPlugin(toy_kernel("toy_mul_torch", toy_mul_torch))))
+def compiled_toy_mul_graph(device: str, *kernels: tkreg.Kernel) -> str:
+    """The forward graph of a compiled tkreg.ops.toy_mul call with these kernels registered,
+    after checking the compiled result."""
+    install(registry_with(ToyPlugin(*kernels)))
     try:
         graphs: list[str] = []
         compiled = torch.compile(lambda x, y: tkreg.ops.toy_mul(x, y), fullgraph=True, backend=capturing_backend(graphs))
-        x, y = randn(6, 8, dtype=torch.float32, device=device, seed=7), randn(6, 8, dtype=torch.float32, device=device, seed=8)
+        x, y = (randn(6, 8, dtype=torch.float32, device=device, seed=s) for s in (7, 8))
         assert torch.equal(compiled(x, y), x * y)
         (code,) = graphs
-        assert "torch.ops.aten.mul" in code and "tkreg_dispatch" not in code
+        return code
     finally:
         tkreg.ops.uninstall()
-        torch._dynamo.reset()
+
+
+def test_a_traceable_launcher_is_traced_into_the_graph(device: str) -> None:
+    code = compiled_toy_mul_graph(device, toy_kernel("toy_mul_torch", toy_mul_torch))
+    assert "torch.ops.aten.mul" in code and "tkreg_dispatch" not in code
 
 
 @pytest.mark.parametrize(
@@ -107,19 +111,10 @@ def test_a_traceable_launcher_is_traced_into_the_graph(device: str) -> None:
     ],
     ids=lambda k: k.name,
 )
+
 def test_a_choice_a_trace_cannot_make_is_left_to_run_time(device: str, first: tkreg.Kernel) -> None:
-    torch._dynamo.reset()
-    install(registry_with(ToyPlugin(first, toy_kernel("toy_mul_torch", toy_mul_torch))))
-    try:
-        graphs: list[str] = []
-        compiled = torch.compile(lambda x, y: tkreg.ops.toy_mul(x, y), fullgraph=True, backend=capturing_backend(graphs))
-        x, y = randn(6, 8, dtype=torch.float32, device=device, seed=9), randn(6, 8, dtype=torch.float32, device=device, seed=10)
-        assert torch.equal(compiled(x, y), x * y)
-        (code,) = graphs
-        assert "torch.ops.tkreg_dispatch.toy_mul.default" in code
-    finally:
-        tkreg.ops.uninstall()
-        torch._dynamo.reset()
+    code = compiled_toy_mul_graph(device, first, toy_kernel("toy_mul_torch", toy_mul_torch))
+    assert "torch.ops.tkreg_dispatch.toy_mul.default" in code and "aten.mul" not in code
 
 
 def test_gradients_through_compiled_code_match_eager(ops: Any, device: str) -> None:

@@ -19,7 +19,9 @@ from typing import Any
 
 from .dispatch import TRACEABLE, PeerFallbackWarning
 
-__all__ = ["PeerFallbackWarning", "explain", "get", "install", "names", "traceable"]
+__all__ = ["PeerFallbackWarning", "explain", "get", "install", "names", "traceable", "uninstall"]
+# Op names that stay reachable through get() only: they would hide this module's own names.
+_RESERVED = {*__all__, "dispatch", "forms", "library"}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
 
@@ -47,7 +49,7 @@ def install(registry: Any = None) -> list[str]:
             slot.entry = ops[op.name]
     _installed.update(registry=registry, ops=ops, dispatchers=dispatchers)
     for name, fn in ops.items():
-        if name.isidentifier() and name not in __all__:
+        if name.isidentifier() and name not in _RESERVED:
             module[name] = fn
     return sorted(ops)
 

@@ -180,8 +180,9 @@ class Dispatcher:
         if self.op.peer is None or reason in self._warned:
             return
         self._warned.add(reason)
+        # stacklevel: the caller of tkreg.ops.<op> on the eager path (through plan() and __call__)
         warnings.warn(
-            f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {reason}", PeerFallbackWarning, stacklevel=4
+            f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {reason}", PeerFallbackWarning, stacklevel=6
         )
 
     # -- deciding at trace time ------------------------------------------------------------------
@@ -221,7 +222,7 @@ class Dispatcher:
 
 
 def _rejections(ranking: Ranking) -> str:
-    return "; ".join(f"{v.kernel.name}: {', '.join(v.reasons)}" for v in ranking.verdicts) or "the op has no kernels"
+    return "; ".join(f"{v.kernel.name} ({' | '.join(v.reasons)})" for v in ranking.verdicts) or "the op has no kernels"
 
 
 @dataclass(frozen=True)

@@ -130,3 +130,22 @@ def test_gradients_through_compiled_code_match_eager(ops: Any, device: str) -> N
     torch.compile(block, fullgraph=True, backend="aot_eager")(*compiled).sum().backward()
     for e, c in zip(eager, compiled):
         assert torch.equal(e.grad, c.grad)
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("add", lambda d: (torch.randn(5, 7, device=d, requires_grad=True), torch.randn(5, 7, device=d))),
+        ("sum_row", lambda d: (torch.randn(3, 4, 9, device=d, requires_grad=True),)),
+        ("matmul", lambda d: (torch.randn(2, 3, 16, device=d).half().requires_grad_(), torch.randn(8, 16, device=d).half().t())),
+    ],
+)
+def test_the_torch_operators_pass_opcheck(ops: Any, device: str, name: str, make: Any) -> None:
+    """torch.library.opcheck: schema, autograd registration, fake implementation against the real
+    one, and AOT dispatch with dynamic shapes, for the operator and its run-time dispatch."""
+    inputs = make(device)
+    for namespace in ("tkreg", "tkreg_dispatch"):
+        operator = getattr(getattr(torch.ops, namespace), name).default
+        args = inputs if namespace == "tkreg" else tuple(t.detach() for t in inputs)
+        results = torch.library.opcheck(operator, args)
+        assert set(results.values()) == {"SUCCESS"}, (namespace, results)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import tkreg
@@ -133,3 +136,25 @@ def test_registering_something_that_is_not_a_spec_is_reported() -> None:
     reg = registry_of(base=Plugin(ops=(op(),), kernels=("not a kernel",)))
     (problem,) = reg.problems
     assert "expected a Kernel, got str" in problem.error
+
+
+def test_tkreg_and_tkreg_ops_import_light_and_building_the_ops_imports_torch() -> None:
+    code = (
+        "import sys, tkreg; heavy = lambda: sorted(m for m in ('torch', 'triton') if m in sys.modules); "
+        "tkreg.lookup('add', '9.0'); import tkreg.ops; print(heavy()); tkreg.ops.names(); print(heavy())"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.strip().splitlines()[-2:]
+    assert before == "[]" and "torch" in after
+
+
+def test_cached_rankings_are_forgotten_when_specs_or_measurements_change() -> None:
+    reg = registry_of(base=Plugin(ops=(op(),), kernels=(kernel("vec_a"),)))
+    first = reg.ranking("vec", (9, 0))
+    assert reg.ranking("vec", (9, 0)) is first  # cached
+    reg.use_measurements(None)
+    assert reg.ranking("vec", (9, 0)) is not first
+    again = reg.ranking("vec", (9, 0))
+    reg.add(kernel("vec_b"), reg.plugins[0])
+    assert [k.name for k in reg.ranking("vec", (9, 0)).runnable] == ["vec_a", "vec_b"] and reg.ranking("vec", (9, 0)) is not again

@@ -51,6 +51,7 @@ class Plan:
     launchers: list[tuple[str, Callable[..., Any]]] = field(default_factory=list)
     why: str = ""
     peer_reason: str = ""  # why the peer runs when there is no launcher left
+    fallback: bool = False  # the peer runs because no kernel takes the inputs (warned once per reason)
     run: Callable[[Sequence[Any]], Any] | None = None  # built by Dispatcher.prepare
 
     def describe(self, op: str) -> str:
@@ -80,6 +81,8 @@ class Dispatcher:
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
             plan = self.plan(inputs)
+            if plan.fallback:
+                self.warn_peer(plan.peer_reason)
             self.prepare(plan, inputs)
             if key is not None:
                 if len(self._plans) >= PLAN_CACHE_SIZE:
@@ -117,6 +120,14 @@ class Dispatcher:
             return out
 
         plan.run = run
+        where = getattr(inputs[0], "device", None) if inputs else None
+        if getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1:
+            # Triton launches on the current device; inputs on another GPU must run there.
+            def on_their_device(inputs: Sequence[Any]) -> Any:
+                with torch.cuda.device(where):
+                    return run(inputs)
+
+            plan.run = on_their_device
 
     # -- deciding ------------------------------------------------------------------------------
     def plan(self, inputs: Sequence[Any]) -> Plan:
@@ -145,9 +156,9 @@ class Dispatcher:
         log.info("%s", plan.describe(self.op.name))
         return plan
 
-    def _fallback(self, view: KernelView | None, reason: str) -> Plan:
-        self.warn_peer(reason)
-        return Plan(view, [], peer_reason=reason)
+    @staticmethod
+    def _fallback(view: KernelView | None, reason: str) -> Plan:
+        return Plan(view, [], peer_reason=reason, fallback=True)
 
     def launcher(self, kernel: Kernel) -> Callable[..., Any]:
         fn = self._launchers.get(kernel.name)
@@ -162,6 +173,7 @@ class Dispatcher:
         plan.peer_reason = f"every kernel refused; the last, {name}: {error}"
         log.info("tkreg.ops.%s: %s refused these inputs (%s); falling to the next", self.op.name, name, error)
         if not plan.launchers:
+            plan.fallback = True
             self.warn_peer(plan.peer_reason)
         self.prepare(plan, inputs)
 
@@ -169,10 +181,14 @@ class Dispatcher:
     def call_peer(self, inputs: Sequence[Any], reason: str) -> Any:
         if self.op.peer is None:
             raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and op {self.op.name!r} has no peer to fall back to")
+        import torch
+
         out = self.form.new_output(inputs)
         try:
             refs.resolve(self.op.peer)(*inputs, out=out)
-        except (RuntimeError, TypeError, ValueError) as e:
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, TypeError, ValueError) as e:  # inputs even the peer cannot take
             raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}") from e
         return out
 
@@ -180,9 +196,9 @@ class Dispatcher:
         if self.op.peer is None or reason in self._warned:
             return
         self._warned.add(reason)
-        # stacklevel: the caller of tkreg.ops.<op> on the eager path (through plan() and __call__)
+        # stacklevel: the caller of tkreg.ops.<op> when a new signature falls back (eager path)
         warnings.warn(
-            f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {reason}", PeerFallbackWarning, stacklevel=6
+            f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {reason}", PeerFallbackWarning, stacklevel=4
         )
 
     # -- deciding at trace time ------------------------------------------------------------------

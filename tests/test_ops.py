@@ -128,9 +128,10 @@ def test_inputs_no_kernel_takes_go_to_the_peer_once_warned_and_explain_says_the_
     assert reason in message
     assert any(reason in v.reasons for v in tkreg.explain("add", inputs=(a, b)))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per reason: a second call is quiet
+        warnings.simplefilter("error")  # once per reason: a second call is quiet, and explaining never warns
         assert torch.equal(ops.add(a, b), a + b)
-    assert "calls its peer" in ops.explain("add", a, b)
+        assert "calls its peer" in ops.explain("add", a, b)
+        assert "calls its peer" in ops.explain("sum_row", a)
 
 
 @pytest.mark.parametrize(

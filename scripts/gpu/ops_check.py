@@ -42,7 +42,9 @@ OPS_TARGET_US = 25.0
 LOOKUP_TARGET_US = 20.0
 LAUNCHER_TARGET_US = 20.0
 MLP = {"tokens": 512, "model": 1024, "hidden": 4096}
-MLP_ERROR_FACTOR = 2.0  # tkreg's error against float64 may be at most this multiple of torch's
+MLP_ERROR_FACTOR = 2.0  # tkreg's error against float64 may be at most this multiple of torch's,
+MLP_ERROR_FLOOR = 2 * 2.0**-8  # or this fraction of the largest output (two bf16 roundings)
+MLP_WARM_CALLS = 3  # calls before the checked one: compiles, and CUDA-graph trees record on the second
 
 
 def main() -> int:
@@ -57,6 +59,7 @@ def main() -> int:
     import torch
 
     import tkreg
+    import tkreg.records
     from tkreg import walltime
     from tkreg.platform import current
 
@@ -82,7 +85,8 @@ def main() -> int:
     if not args.skip_mlp:
         mlp = mlp_block()
         verdicts += [(f"MLP block {r['variant']}", r["pass"]) for r in mlp]
-        tkreg.records.save("ops_mlp_block", mlp, notes=f"shape {MLP}; error against float64 at most {MLP_ERROR_FACTOR} x torch's")
+        tkreg.records.save("ops_mlp_block", mlp, notes=f"shape {MLP}; PASS: max error against float64 at most "
+                           f"{MLP_ERROR_FACTOR} x torch's or {MLP_ERROR_FLOOR} x the largest output")
 
     _print_picks(picks)
     _print_host(host)
@@ -117,18 +121,20 @@ def pick_vs_best(registry: Any, sigs: list[Any], deadline: Deadline) -> list[dic
         kernels = {n: w for n, w in walls.items() if n not in ("tkreg.ops", "peer")}
         ours, peer = walls.get("tkreg.ops"), walls.get("peer")
         best = min(kernels, key=kernels.get) if kernels else None
-        row: dict[str, Any] = {"signature": sig.label, "tkreg_ops_us": ours, "pick": tkreg.ops.explain(sig.op, *inputs),
+        decision = tkreg.ops.explain(sig.op, *inputs)
+        row: dict[str, Any] = {"signature": sig.label, "tkreg_ops_us": ours, "decision": decision,
+                               "pick": "peer" if " calls its peer" in decision else decision.split()[2],
                                "fastest_kernel": best, "fastest_kernel_us": kernels.get(best), "peer_us": peer,
                                "kernels_us": kernels}
         ok = ours is not None
         if ok and best is not None:
             row["vs_fastest"] = kernels[best] / ours
             ok = row["vs_fastest"] >= WITHIN_BEST
-        if ok and peer is not None and kernels and min(kernels.values()) <= peer:
+        if peer is not None and ours:
             row["vs_peer"] = peer / ours
-            ok = row["vs_peer"] >= 1 - PEER_NOISE
-        elif peer is not None and ours:
-            row["vs_peer"] = peer / ours  # shown; no kernel reaches the peer here, so not required
+            # required only where some registered kernel is at or above the peer
+            row["peer_rule"] = bool(kernels) and min(kernels.values()) <= peer
+            ok = ok and (not row["peer_rule"] or row["vs_peer"] >= 1 - PEER_NOISE)
         row["pass"] = ok
         rows.append(row)
     return rows
@@ -139,16 +145,17 @@ def _bound_op(op: Callable[..., Any], inputs: tuple[Any, ...]) -> Callable[[], A
 
 
 def _print_picks(rows: list[dict[str, Any]]) -> None:
-    say(f"\n{'signature':38s} {'tkreg.ops':>10s} {'fastest kernel':>32s} {'peer':>9s} {'vs best':>8s} {'vs peer':>8s}  picks")
+    say(f"\n{'signature':38s} {'tkreg.ops':>10s} {'fastest kernel':>32s} {'peer':>9s} {'vs best':>8s} {'vs peer':>9s}  picks"
+        "  (us: do_bench medians; vs: speed of tkreg.ops relative; * peer rule applies)")
     for r in rows:
         if r.get("tkreg_ops_us") is None:
             say(f"{r['signature']:38s} {'FAIL':>10s} {r.get('note', 'tkreg.ops failed')}")
             continue
         best = f"{r['fastest_kernel']} {r['fastest_kernel_us']:.1f}" if r["fastest_kernel"] else "-"
         peer = f"{r['peer_us']:.1f}" if r["peer_us"] is not None else "-"
-        pick = r["pick"].split(" (")[0].removeprefix(f"tkreg.ops.{r['signature'].split()[0]} calls ")
+        vs_peer = f"{r['vs_peer']:.3f}{'*' if r.get('peer_rule') else ' '}" if "vs_peer" in r else "-"
         say(f"{r['signature']:38s} {r['tkreg_ops_us']:10.1f} {best:>32s} {peer:>9s} {r.get('vs_fastest', 0):8.3f} "
-            f"{r.get('vs_peer', 0):8.3f}  {'PASS' if r['pass'] else 'FAIL'} {pick}")
+            f"{vs_peer:>9s}  {'PASS' if r['pass'] else 'FAIL'} {r['pick']}")
 
 
 # -- 2. host overhead ---------------------------------------------------------------------------
@@ -283,15 +290,19 @@ def mlp_block() -> list[dict[str, Any]]:
     eager = with_tkreg(x)
     rows = []
 
+    bound = max(MLP_ERROR_FACTOR * torch_error, MLP_ERROR_FLOOR * float(expected.abs().max()))
+
     def check(variant: str, run: Callable[[Any], Any], timed: Callable[[], Any] | None = None) -> None:
         try:
+            for _ in range(MLP_WARM_CALLS):
+                run(x)
             got = run(x)
             error = float((got.double() - expected).abs().max())
             same = bool(torch.equal(got, eager))
-            ok = error <= MLP_ERROR_FACTOR * torch_error + 1e-6
+            ok = error <= bound
             ms = per_call_us(timed or (lambda: run(x)), calls=50) / 1e3
-            rows.append({"variant": variant, "max_error": error, "torch_max_error": torch_error, "identical_to_eager": same,
-                         "ms_per_block": round(ms, 4), "pass": ok})
+            rows.append({"variant": variant, "max_error": error, "torch_max_error": torch_error, "bound": bound,
+                         "identical_to_eager": same, "ms_per_block": round(ms, 4), "pass": ok})
         except Exception as e:  # a variant that cannot run fails its row
             rows.append({"variant": variant, "pass": False, "error": f"{type(e).__name__}: {e}"})
         say(f"MLP {variant}: {rows[-1]}")
@@ -299,7 +310,7 @@ def mlp_block() -> list[dict[str, Any]]:
     check("eager torch", with_torch)
     check("eager tkreg.ops", with_tkreg)
     check("torch.compile(fullgraph=True)", torch.compile(with_tkreg, fullgraph=True))
-    static = x.clone()
+    static = torch.zeros_like(x)  # captured on zeros: the replays below compute on the data copied in
     graph_out: list[Any] = [None]
     replay = graph_of(lambda: graph_out.__setitem__(0, with_tkreg(static)))
 

@@ -38,6 +38,7 @@ def main() -> int:
     import torch
 
     import tkreg
+    import tkreg.records
     from tkreg.ops.forms import form_for
     from tkreg.timing import DeviceTimer
 

@@ -5,6 +5,7 @@ measured GPU, the lookup cache, and which data file a platform uses."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tkreg  # noqa: E402
-from tests.ops_support import same_alignment_as  # noqa: E402
+from tests.ops_support import device_or_skip, install, same_alignment_as  # noqa: E402
 from tkreg import walltime  # noqa: E402
 from tkreg.loading import build_registry  # noqa: E402
 from tkreg.ops.forms import form_for  # noqa: E402
@@ -191,3 +192,23 @@ def test_shipped_ranking_data_names_registered_ops_and_kernels() -> None:
             kernels = {k.name for k in registry.kernels(p.op)}
             assert p.impl in kernels | {walltime.PEER}, (path, p)
             assert p.wall_us > 0 and (p.device_us is None or p.device_us > 0), (path, p)
+
+
+@pytest.mark.parametrize(("peer_wall", "expect"), [(5.0, "calls its peer: faster for these inputs"), (50.0, "calls add_triton")])
+def test_dispatch_follows_the_ranking_to_the_peer_where_it_is_faster(
+    peer_wall: float, expect: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    device = device_or_skip()
+    points = _points("add_triton", [(16, 10.0, 4.0, 12.0)]) + _points("peer", [(16, peer_wall, 4.0, 5.0)])
+    registry = build_registry(env={"TKREG_PLUGINS": "elementwise"})
+    registry.use_measurements(Measurements("Test GPU", "9.0", DATE, "test", points))
+    ops = install(registry)
+    try:
+        a, b = (torch.randn(16, 16, device=device) for _ in range(2))
+        with warnings.catch_warnings(), caplog.at_level("INFO", logger="tkreg.ops"):
+            warnings.simplefilter("error")  # a ranking decision is not a fallback: no warning
+            assert torch.equal(ops.add(a, b), a + b)
+        assert expect in ops.explain("add", a, b)
+        assert expect in caplog.text  # the decision is logged
+    finally:
+        tkreg.ops.uninstall()

@@ -224,7 +224,7 @@ def host_overhead(registry: Any) -> list[dict[str, Any]]:
         for kernel in registry.lookup(op, inputs=args):
             launcher = kernel.load()
             call = _bound(launcher, args, out)
-            paths.append((f"{kernel.name}(out=) (launcher)", call, LAUNCHER_TARGET_US))
+            paths.append((f"{kernel.name}(out=) (launcher; the launch helpers' target)", call, LAUNCHER_TARGET_US))
         fn = tkreg.ops.get(op)
         paths.append((f"tkreg.ops.{op}", lambda fn=fn, args=args: fn(*args), OPS_TARGET_US))
         paths.append((f"CUDA graph replay of tkreg.ops.{op}", graph_of(lambda fn=fn, args=args: fn(*args)), None))
@@ -249,7 +249,7 @@ def _bound(launcher: Callable[..., Any], args: tuple[Any, ...], out: Any) -> Cal
 
 
 def _print_host(rows: list[dict[str, Any]]) -> None:
-    say(f"\n{'path (256x256; matmul 256^3 bf16)':48s} {'us/call':>9s} {'target':>7s}")
+    say(f"\n{'path (256x256; matmul 256^3 bf16)':64s} {'us/call':>9s} {'target':>7s}")
     for r in rows:
         if "decision" in r:
             say(f"  {r['decision']}")
@@ -257,7 +257,7 @@ def _print_host(rows: list[dict[str, Any]]) -> None:
         us = f"{r['us_per_call']:.1f}" if r["us_per_call"] is not None else r.get("error", "failed")
         target = f"<= {r['target_us']:.0f}" if r["target_us"] else ""
         verdict = "" if r["pass"] is None else ("PASS" if r["pass"] else "FAIL")
-        say(f"{r['path']:48s} {us:>9s} {target:>7s} {verdict}")
+        say(f"{r['path']:64s} {us:>9s} {target:>7s} {verdict}")
 
 
 # -- 3. an MLP block ---------------------------------------------------------------------------

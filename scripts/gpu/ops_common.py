@@ -188,11 +188,15 @@ def _warm(sig: Signature) -> list[str]:
             try:
                 call()
             except Exception as e:  # reported; the measuring process tries again and records it
-                failures.append(f"{sig.label} {name}: {type(e).__name__}: {e}")
+                failures.append(f"{sig.label} {name}: {_first_line(e)}")
         torch.cuda.synchronize()
     except Exception as e:  # out of memory, a broken plugin: the measuring process reports it
-        failures.append(f"{sig.label}: {type(e).__name__}: {e}")
+        failures.append(f"{sig.label}: {_first_line(e)}")
     return failures
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
 def warm_up(sigs: list[Signature], workers: int, seconds: float) -> list[str]:

@@ -176,6 +176,8 @@ def test_a_third_party_op_is_callable_as_tkreg_ops_and_torch_ops(device: str) ->
         assert torch.equal(ops.toy_mul(x, y), x * y)
         assert torch.equal(torch.ops.tkreg.toy_mul(x, y), x * y)
         assert "toy_mul" in ops.names() and "calls toy_mul_torch" in ops.explain("toy_mul", x, y)
+        with pytest.raises(tkreg.InputError, match=r"tkreg.ops.toy_mul: toy_mul takes 2 tensor\(s\), got 1"):
+            ops.toy_mul(x)  # the arity of the op's reference implementation
     finally:
         tkreg.ops.uninstall()
 

@@ -15,6 +15,8 @@ duck-typed tensors; views, outputs and gradients import torch when first used.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -85,15 +87,35 @@ class KernelView:
         return out if self.output_shape is None else out.view(self.output_shape)
 
 
+def argument_names(op: Op) -> tuple[str, ...] | None:
+    """The op's input names, from its reference implementation's positional parameters; None
+    when they cannot name a fixed list of tensors (varargs, keyword-only or defaulted inputs,
+    names that are not identifiers)."""
+    try:
+        signature = inspect.signature(refs.resolve(op.reference))
+    except (TypeError, ValueError):
+        return None
+    names = []
+    for p in signature.parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
+            return None
+        names.append(p.name)
+    return tuple(names) if names and all(n.isidentifier() for n in names) else None
+
+
 class Form:
     """The plain form: inputs go to kernels unchanged; the op's make_output allocates."""
 
     name = "plain"
     differentiable = False
-    input_names: tuple[str, ...] | None = None  # a built-in form's fixed inputs
 
     def __init__(self, op: Op) -> None:
         self.op = op
+
+    @functools.cached_property
+    def input_names(self) -> tuple[str, ...] | None:
+        """The inputs a call takes (from the op's reference implementation); None: any number."""
+        return argument_names(self.op)
 
     def contract_reasons(self, inputs: Sequence[Any]) -> list[str]:
         """Why these inputs break the op's calling contract, whatever kernels exist."""

@@ -27,9 +27,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
-from .. import refs
-from ..specs import Op
 from .dispatch import Dispatcher
+from .forms import argument_names
 
 TRACED_NAMESPACE = "tkreg"
 RUNTIME_NAMESPACE = "tkreg_dispatch"
@@ -46,21 +45,6 @@ class Slot:
 
 # op name -> (argument names, slot, torch.ops.tkreg.<op>.default)
 _REGISTERED: dict[str, tuple[tuple[str, ...], Slot, Any]] = {}
-
-
-def argument_names(op: Op) -> tuple[str, ...] | None:
-    """The op's input names, from its reference implementation's positional parameters; None
-    when they cannot make a schema (varargs, keyword-only inputs, names that are not identifiers)."""
-    try:
-        signature = inspect.signature(refs.resolve(op.reference))
-    except (TypeError, ValueError):
-        return None
-    names = []
-    for p in signature.parameters.values():
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
-            return None
-        names.append(p.name)
-    return tuple(names) if names and all(n.isidentifier() for n in names) else None
 
 
 def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, None]:

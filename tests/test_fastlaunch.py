@@ -511,6 +511,60 @@ def test_descriptor_launches_match_the_ordinary_path(gpu):
     assert without_hooks(fast) == without_hooks(slow)
 
 
+# -- bound launches ------------------------------------------------------------------------------
+
+
+def test_a_bound_launch_prepares_its_arguments_once(gpu):
+    layout = smem_layout()
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a, c = torch.zeros(100, 64), torch.zeros(100, 64)
+    bound = launch.bind(FrozenDescriptor.of(a, [16, 64], layout), FrozenDescriptor.of(c, [16, 64], layout), 100, 64)
+    assert bound.immutable
+    for grid in [(7,), (7,), (7, 2), (7,)]:
+        bound(grid)
+    with fastlaunch.disabled():
+        bound((7,))
+    assert launch.slow_calls == 2 and len(gpu.compiles) == 1
+    # two per ordinary launch (triton encodes them), two kept for all the fast ones
+    assert len(gpu.driver.utils.encoded) == 6
+    first, *rest = gpu.launches
+    assert all(without_hooks(x)[3:] == without_hooks(first)[3:] for x in rest)
+    assert [x[:3] for x in gpu.launches] == [(7, 1, 1), (7, 1, 1), (7, 2, 1), (7, 1, 1), (7, 1, 1)]
+
+
+def test_a_bound_launch_follows_the_current_device(gpu):
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a = torch.zeros(16, 64)
+    bound = launch.bind(FrozenDescriptor.of(a, [16, 64], smem_layout()), FrozenDescriptor.of(a, [16, 64], smem_layout()), 16, 64)
+    bound((1,))
+    gpu.driver.device = 1
+    bound((1,))
+    bound((1,))
+    assert launch.slow_calls == 2 and [x[3] for x in gpu.launches] == [1000, 1001, 1001]
+
+
+def test_a_bound_launch_of_tensors_specializes_every_call(gpu):
+    """A tensor can be re-pointed (set_) to memory of another alignment: bound tensors are
+    specialized on every call, so such a change gets its own compiled kernel."""
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    bound = launch.bind(a, b, c, 64)
+    assert not bound.immutable
+    bound((1,))
+    bound((1,))
+    a.set_(torch.zeros(65)[1:])
+    bound((1,))
+    assert launch.slow_calls == 2 and len(gpu.compiles) == 2
+    assert gpu.launches[-1][13] is a and gpu.launches[-1][4] != gpu.launches[0][4]
+
+
+def test_a_bound_launch_of_an_interpreted_kernel_runs_it():
+    launch = Launcher(InterpretedFunction(_add), BLOCK=16)
+    a, b, c = torch.ones(20), torch.ones(20), torch.zeros(20)
+    launch.bind(a, b, c, 20)((2,))
+    assert torch.equal(c, torch.full((20,), 2.0))
+
+
 # -- the interpreter -----------------------------------------------------------------------------
 
 

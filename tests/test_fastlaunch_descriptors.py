@@ -98,3 +98,23 @@ def test_the_cache_is_bounded_and_keeps_no_tensor_alive(monkeypatch):
     del tensors, descriptors
     gc.collect()
     assert alive() is None
+
+
+def test_tma_ready_agrees_with_tma_reasons():
+    """The fast form of the TMA checks answers exactly as the explaining one, for every dtype
+    size and layout fault (and their mixes)."""
+    from tkreg.inputs import tma_layout, tma_ready, tma_reasons
+
+    base = torch.zeros(4096)
+    candidates = []
+    for dtype in (torch.float32, torch.float16, torch.int8, torch.float64):
+        flat = base.view(dtype) if dtype.itemsize <= 4 else torch.zeros(2048, dtype=dtype)
+        for offset in (0, 1, 8, 16):
+            for rows, cols, row_stride in [(8, 16, 16), (8, 12, 12), (8, 12, 16), (4, 8, 40), (8, 1, 1)]:
+                view = flat[offset:].as_strided((rows, cols), (row_stride, 1))
+                candidates += [view, view.t(), view[:, ::2], view.unsqueeze(0)]
+    for t in candidates:
+        expected = not tma_reasons(t, "t")
+        assert tma_ready(t, t.element_size()) == expected, (t.dtype, t.stride(), t.data_ptr() % 16)
+        if expected:
+            assert tma_layout(t, t.element_size()) == (t.data_ptr(), t.stride())

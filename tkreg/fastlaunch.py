@@ -29,6 +29,11 @@ since it was compiled (triton raises), or arguments the key cannot be made of.
 ``TKREG_FASTLAUNCH=0`` in the environment, :func:`set_enabled` or :func:`disabled` turn the fast
 path off altogether (to compare with the ordinary path).
 
+Bound launches: ``launch.bind(*args)`` prepares one argument list for launching again and again
+(``bound(grid)``): when every argument is immutable (ints, floats, None, FrozenDescriptors) it is
+specialized and expanded once, and a call reads only the grid, the device and the stream. Keep
+bound launches in a cache keyed by whatever the arguments were made from.
+
 TMA descriptors: :class:`FrozenDescriptor` is a Gluon ``TensorDescriptor`` that cannot change
 once made and keeps no tensor alive, so its specialization is computed once and the CUtensorMap
 triton encodes for it (``make_tensordesc_arg``) is kept per compiled kernel. Cache such
@@ -185,9 +190,12 @@ def _python_function(fn: Any) -> Callable[..., Any]:
     return fn
 
 
-def _hooks_idle() -> bool:
-    """No launch hook is registered, and nothing that enters triton's options (debug,
-    instrumentation) is on: what the fast path's launches assume."""
+def _fast_path_open(fn: JITFunction, grid: Any) -> bool:
+    """Whether a launch of ``fn`` on ``grid`` may skip the ordinary path: on, a grid of 1 to 3
+    values, no pre-run hook, no launch hook registered, and nothing on that enters triton's
+    options (debug, instrumentation). One function, as it runs on every launch."""
+    if not (_enabled and type(grid) is tuple and 0 < len(grid) < 4) or fn.pre_run_hooks:
+        return False
     runtime = knobs.runtime
     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
     return (
@@ -272,14 +280,7 @@ class Launcher:
 
     def __call__(self, grid: Any, *args: Any) -> None:
         fn = self._jit
-        if (
-            fn is not None
-            and _enabled
-            and type(grid) is tuple
-            and 0 < len(grid) < 4
-            and not fn.pre_run_hooks
-            and _hooks_idle()
-        ):
+        if fn is not None and _fast_path_open(fn, grid):
             device = _current_device()
             state = self._devices.get(device)
             if state is not None:
@@ -289,11 +290,26 @@ class Launcher:
                     entry = None
                 if entry is not None and (not fn.used_global_vals or _globals_unchanged(fn)):
                     tail = self._tail
-                    entry.launch(grid, _current_stream(device), args + tail if tail is not None else self.full_args(args))
+                    full = args + tail if tail is not None else self.full_args(args)
+                    entry.launch(grid, _current_stream(device), entry.expand(full))
                     return
             self._first_launch(grid, args, device)
             return
         self._slow(grid, args)
+
+    def bind(self, *args: Any) -> BoundLaunch:
+        """``args`` prepared for repeated launches: ``bound(grid)`` is ``self(grid, *args)``."""
+        return BoundLaunch(self, args)
+
+    def entry_for(self, device: int, args: tuple[Any, ...]) -> _Entry | None:
+        """The compiled specialization a call with ``args`` on ``device`` launches, if known."""
+        state = self._devices.get(device)
+        if state is None:
+            return None
+        try:
+            return state.entries.get(state.key(*args))
+        except Exception:
+            return None
 
     def full_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """Every parameter's value in the kernel's order: ``args`` with the fixed ones merged in."""
@@ -324,6 +340,48 @@ class Launcher:
         except Exception:
             return
         state.entries[key] = _Entry(kernel)
+
+
+IMMUTABLE_TYPES = (int, float, bool, type(None))
+
+
+class BoundLaunch:
+    """A launcher's call with fixed arguments: ``bound(grid)`` launches ``launcher(grid, *args)``.
+
+    When every argument is immutable (IMMUTABLE_TYPES, FrozenDescriptor), the first launch on a
+    device also keeps the compiled specialization and the expanded argument list, so later calls
+    read only the grid, the device and the stream (the same guards as :class:`Launcher` apply).
+    Otherwise (a tensor can be re-pointed with ``set_()``, changing its specialization) every call
+    goes through the launcher. A bound launch holds its arguments: bind descriptors and sizes,
+    not tensors whose memory should be freed.
+    """
+
+    __slots__ = ("_device", "_entry", "_flat", "args", "immutable", "launcher")
+
+    def __init__(self, launcher: Launcher, args: tuple[Any, ...]) -> None:
+        self.launcher = launcher
+        self.args = args
+        self.immutable = all(type(a) in IMMUTABLE_TYPES or type(a) is FrozenDescriptor for a in args)
+        self._device: int | None = None
+        self._entry: _Entry | None = None
+        self._flat: Any = None
+
+    def __call__(self, grid: Any) -> None:
+        fn = self.launcher._jit
+        if self._flat is not None and _fast_path_open(fn, grid) and (not fn.used_global_vals or _globals_unchanged(fn)):
+            device = _current_device()
+            if device == self._device:
+                self._entry.launch(grid, _current_stream(device), self._flat)
+                return
+        self.launcher(grid, *self.args)
+        if self.immutable and fn is not None:
+            self._keep(_current_device())
+
+    def _keep(self, device: int) -> None:
+        entry = self.launcher.entry_for(device, self.args)
+        if entry is not None:
+            self._device, self._entry = device, entry
+            self._flat = entry.expand(self.launcher.full_args(self.args))
 
 
 def _globals_unchanged(fn: JITFunction) -> bool:
@@ -359,10 +417,13 @@ class _Entry:
         # Expanded right to left, so earlier positions stay valid while later ones grow.
         self.descs = tuple((i, meta, _meta_key(meta)) for i, meta in reversed(list(zip(positions, metas))))
 
+    def expand(self, args: Sequence[Any]) -> Sequence[Any]:
+        """Every parameter's value (in the kernel's order) as the launch function takes them:
+        tensor descriptors replaced by what the launcher expands them to."""
+        return _expand_descriptors(args, self.descs) if self.descs else args
+
     def launch(self, grid: tuple[Any, ...], stream: int, args: Sequence[Any]) -> None:
-        """Launch on ``stream`` with every parameter's value (``args``, in the kernel's order)."""
-        if self.descs:
-            args = _expand_descriptors(args, self.descs)
+        """Launch on ``stream`` with the expanded arguments (:meth:`expand`)."""
         n = len(grid)
         if n == 1:
             self.launcher(grid[0], 1, 1, stream, self.function, *self.head, *args)

@@ -330,9 +330,10 @@ def test_constructor_refuses_what_cannot_be_fixed_or_left_out():
 def test_second_launch_goes_straight_to_the_compiled_kernel(gpu):
     launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
     a, b, c = tensors(1000)
+    before = fastlaunch.ordinary_launches()
     launch((8,), a, b, c, 1000)
     launch((8,), a, b, c, 1000)
-    assert launch.slow_calls == 1 and len(gpu.compiles) == 1
+    assert launch.slow_calls == 1 and len(gpu.compiles) == 1 and fastlaunch.ordinary_launches() == before + 1
     slow, fast = gpu.launches
     assert without_hooks(fast) == without_hooks(slow)
     assert fast[:5] == (8, 1, 1, 1000, 0xF001)  # grid, the current stream, the compiled function

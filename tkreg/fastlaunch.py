@@ -67,6 +67,13 @@ TRITON_OK = triton.__version__.startswith(SUPPORTED_TRITON)
 
 _enabled = os.environ.get(ENV_SWITCH, "1") != "0"
 _MISSING = object()
+_ordinary_launches = 0  # launches through kernel[grid](...), by every launcher
+
+
+def ordinary_launches() -> int:
+    """How many launches so far took the ordinary path (first ones of a specialization, hooks,
+    fallbacks), over every launcher: a script can check that repeated calls add none."""
+    return _ordinary_launches
 
 
 def set_enabled(flag: bool) -> bool:
@@ -322,7 +329,9 @@ class Launcher:
         return sum(len(state.entries) for state in self._devices.values())
 
     def _slow(self, grid: Any, args: tuple[Any, ...]) -> Any:
+        global _ordinary_launches
         self.slow_calls += 1
+        _ordinary_launches += 1
         if len(args) != len(self.runtime_names):
             return self.fn[grid](*args, **self.fixed)  # triton reports the mismatch
         return self.fn[grid](**dict(zip(self.runtime_names, args)), **self.fixed)

@@ -20,7 +20,7 @@ from tkreg.fastlaunch import Launcher
 from tkreg.inputs import fail_if
 from tkreg.tma import TRITON_TYPE
 
-from .checks import default_block_m, next_power_of_2, validate, whole_row_reasons
+from .checks import MAX_BLOCK_ELEMENTS, default_block_m, next_power_of_2, validate, whole_row_reasons
 
 WARP_ELEMENTS = 256  # whole-row kernels: one warp per 256 elements of the block, 1 to 16 warps
 
@@ -81,9 +81,10 @@ _ITERATIVE: dict[int, Launcher] = {}
 def sum_row(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """One row per program; the whole row is one block."""
     out = validate(x, out)
-    fail_if(whole_row_reasons("sum_row", 1, x))
     m, n = x.shape
     block_n = next_power_of_2(n)
+    if block_n > MAX_BLOCK_ELEMENTS:
+        fail_if(whole_row_reasons("sum_row", 1, x))
     launch = _WHOLE_ROW.get(block_n)
     if launch is None:
         launch = _WHOLE_ROW[block_n] = Launcher(sum_row_kernel, BLOCK_N=block_n, num_warps=_warps_for(block_n))
@@ -100,12 +101,13 @@ def sum_row_blocked(x: torch.Tensor, out: torch.Tensor | None = None, BLOCK_M: i
         BLOCK_M = default_block_m(n)
     if BLOCK_M < 1 or BLOCK_M & (BLOCK_M - 1):
         raise ValueError(f"BLOCK_M must be a power of two >= 1, got {BLOCK_M}")
-    fail_if(whole_row_reasons("sum_row_blocked", BLOCK_M, x))
+    if BLOCK_M * block_n > MAX_BLOCK_ELEMENTS:
+        fail_if(whole_row_reasons("sum_row_blocked", BLOCK_M, x))
     launch = _BLOCKED.get((BLOCK_M, block_n))
     if launch is None:
         warps = _warps_for(BLOCK_M * block_n)
         launch = _BLOCKED[BLOCK_M, block_n] = Launcher(sum_row_blocked_kernel, BLOCK_M=BLOCK_M, BLOCK_N=block_n, num_warps=warps)
-    launch((triton.cdiv(m, BLOCK_M),), x, out, m, n, *x.stride())
+    launch((-(-m // BLOCK_M),), x, out, m, n, *x.stride())  # triton.cdiv costs microseconds on the host
     return out
 
 

@@ -112,6 +112,11 @@ def combine_kernel(P, Y, M, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S:
 COMBINE_ROWS = 32
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
 def _num_sms(x: torch.Tensor) -> int:
     return _sm_count(x.device.index) if x.device.type == "cuda" else DEFAULT_SMS
 
@@ -126,12 +131,12 @@ def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
     block_n = min(next_power_of_2(n), MAX_ROW_BYTES // itemsize)
     multi_step = n > block_n
     block_m = 1 if multi_step else max(1, min(next_power_of_2(m), TILE_BYTES // itemsize // block_n))
-    row_blocks = triton.cdiv(m, block_m)
-    col_blocks = triton.cdiv(n, block_n)
+    row_blocks = cdiv(m, block_m)
+    col_blocks = cdiv(n, block_n)
     split = 1
     bytes_per_row_block = block_m * n * itemsize
     if row_blocks < PROGRAMS_PER_SM * num_sms and bytes_per_row_block >= 2 * MIN_SPLIT_BYTES:
-        want = triton.cdiv(PROGRAMS_PER_SM * num_sms, row_blocks)
+        want = cdiv(PROGRAMS_PER_SM * num_sms, row_blocks)
         split = min(want, col_blocks, MAX_SPLIT, bytes_per_row_block // MIN_SPLIT_BYTES)
     stages = PIPELINE_STAGES if multi_step else 1
     return TiledConfig(block_m, block_n, max(1, split), warps_for(block_m, block_n, itemsize), stages)
@@ -199,8 +204,8 @@ def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, .
     if not 1 <= config.SPLIT <= MAX_SPLIT:
         raise ValueError(f"SPLIT must be in 1..{MAX_SPLIT}, got {config.SPLIT}")
     # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail.
-    cols_per_split = triton.cdiv(triton.cdiv(n, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
-    split = triton.cdiv(n, cols_per_split)
+    cols_per_split = cdiv(cdiv(n, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
+    split = cdiv(n, cols_per_split)
     partial = _launcher(
         "partial", config.num_warps, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, SPLIT=split, NUM_STAGES=config.NUM_STAGES
     )
@@ -208,7 +213,7 @@ def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, .
     if split > 1:
         combine = _launcher("combine", 4, SPLIT=split, BLOCK_M=COMBINE_ROWS, BLOCK_S=next_power_of_2(split))
     found = TiledPlan(
-        config, cols_per_split, split, (triton.cdiv(m, config.BLOCK_M), split), partial, combine, (triton.cdiv(m, COMBINE_ROWS),)
+        config, cols_per_split, split, (cdiv(m, config.BLOCK_M), split), partial, combine, (cdiv(m, COMBINE_ROWS),)
     )
     if len(_PLANS) >= PLANS:
         del _PLANS[next(iter(_PLANS))]

@@ -42,9 +42,13 @@ TARGET_US = 20.0  # issue #12: every built-in launcher at most 20 us per call
 checks: list[dict[str, Any]] = []
 
 
+STARTED = time.perf_counter()
+
+
 def check(name: str, ok: bool, detail: str = "") -> bool:
     checks.append({"check": name, "ok": bool(ok), "detail": detail})
-    print(f"{'PASS' if ok else 'FAIL'}  {name}{'  ' + detail if detail else ''}", flush=True)
+    elapsed = time.perf_counter() - STARTED
+    print(f"{'PASS' if ok else 'FAIL'}  [{elapsed:3.0f}s] {name}{'  ' + detail if detail else ''}", flush=True)
     return ok
 
 
@@ -74,31 +78,40 @@ def padded(m: int, n: int, pad: int, dtype: Any) -> Any:
     return torch.randn(m, pad, device="cuda", dtype=dtype)[:, :n]
 
 
-def add_cases(dtype: Any) -> list[tuple[str, Any, Any]]:
+def add_cases() -> list[tuple[str, Any, Any]]:
+    """(name, a, b): odd shapes, padded rows (TMA-legal, not contiguous), a transposed view (TMA
+    kernels refuse it); every dtype, not every dtype with every shape (compile time)."""
     import torch
 
-    def rand(*shape: int) -> Any:
+    f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
+
+    def rand(dtype: Any, *shape: int) -> Any:
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    cases = []
+    for dtype in (f32, f16, bf16):
+        cases.append(("333x520", rand(dtype, 333, 520), rand(dtype, 333, 520)))
+    for dtype in (f32, bf16):
+        cases.append(("257x129 in rows of 136", padded(257, 129, 136, dtype), padded(257, 129, 136, dtype)))
+    cases.append(("1x4104", rand(f16, 1, 4104), rand(f16, 1, 4104)))
+    cases.append(("129x257 transposed", rand(f32, 257, 129).t(), rand(f32, 257, 129).t()))
+    return cases
+
+
+def sum_cases() -> list[tuple[str, Any]]:
+    """(name, x): odd row counts and lengths, a transposed view, a row sum split over programs."""
+    import torch
+
+    def rand(dtype: Any, *shape: int) -> Any:
         return torch.randn(*shape, device="cuda", dtype=dtype)
 
     return [
-        ("333x520", rand(333, 520), rand(333, 520)),
-        ("257x129 in rows of 136", padded(257, 129, 136, dtype), padded(257, 129, 136, dtype)),
-        ("1x4104", rand(1, 4104), rand(1, 4104)),
-        ("129x257 transposed", rand(257, 129).t(), rand(257, 129).t()),  # add_triton only (TMA refuses)
+        ("37x1000", rand(torch.float32, 37, 1000)),
+        ("37x1000", rand(torch.bfloat16, 37, 1000)),
+        ("1025x33", rand(torch.float16, 1025, 33)),
+        ("67x9 transposed", rand(torch.float32, 9, 67).t()),
+        ("3x100000", rand(torch.float32, 3, 100000)),  # split in sum_row_tiled; whole-row kernels skip it
     ]
-
-
-def sum_cases(dtype: Any) -> list[tuple[str, Any]]:
-    import torch
-
-    cases = [
-        ("37x1000", torch.randn(37, 1000, device="cuda", dtype=dtype)),
-        ("1025x33", torch.randn(1025, 33, device="cuda", dtype=dtype)),
-        ("67x9 transposed", torch.randn(9, 67, device="cuda", dtype=dtype).t()),
-    ]
-    if dtype == torch.float32:  # a split row sum (two kernels); whole-row kernels skip it (compile time)
-        cases.append(("3x100000", torch.randn(3, 100000, device="cuda", dtype=dtype)))
-    return cases
 
 
 def fast_and_ordinary(fn: Callable[..., Any], inputs: tuple[Any, ...], new_out: Callable[[], Any]) -> tuple[Any, Any, int]:
@@ -132,33 +145,33 @@ def check_outputs() -> None:
     from tkreg import InputError
 
     kernels = launchers()
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        name_dtype = str(dtype).removeprefix("torch.")
-        for case, a, b in add_cases(dtype):
-            want = (a.double() + b.double()).to(dtype)
-            for name, fn in kernels["add"].items():
-                try:
-                    fast, plain, ordinary = fast_and_ordinary(fn, (a, b), lambda a=a: new_output(a))
-                except InputError as e:
-                    check(f"{name} {name_dtype} {case}: refused", "transposed" in case and name != "add_triton", str(e)[:80])
-                    continue
-                same = torch.equal(fast, plain)
-                check(f"{name} {name_dtype} {case}: fast == ordinary, == exact sum, fast path taken",
-                      same and torch.equal(fast, want) and ordinary == 0, f"ordinary launches {ordinary}")
-        for case, x in sum_cases(dtype):
-            want = x.double().sum(dim=1)
-            for name, fn in kernels["sum_row"].items():
-                if case == "3x100000" and name in ("sum_row", "sum_row_blocked"):
-                    continue
-                def new_sums(x: Any = x) -> Any:
-                    return torch.empty(x.shape[0], device="cuda", dtype=x.dtype)
+    for case, a, b in add_cases():
+        label = f"{str(a.dtype).removeprefix('torch.')} {case}"
+        want = (a.double() + b.double()).to(a.dtype)
+        for name, fn in kernels["add"].items():
+            try:
+                fast, plain, ordinary = fast_and_ordinary(fn, (a, b), lambda a=a: new_output(a))
+            except InputError as e:
+                check(f"{name} {label}: refused", "transposed" in case and name != "add_triton", str(e)[:80])
+                continue
+            check(f"{name} {label}: fast == ordinary == exact sum, fast path taken",
+                  torch.equal(fast, plain) and torch.equal(fast, want) and ordinary == 0, f"ordinary launches {ordinary}")
+    for case, x in sum_cases():
+        label = f"{str(x.dtype).removeprefix('torch.')} {case}"
+        want = x.double().sum(dim=1)
+        for name, fn in kernels["sum_row"].items():
+            if case == "3x100000" and name in ("sum_row", "sum_row_blocked"):
+                continue
 
-                fast, plain, ordinary = fast_and_ordinary(fn, (x,), new_sums)
-                error = ((fast.double() - want).abs() / want.abs().clamp_min(1.0)).max().item()
-                tolerance = 1e-4 if dtype == torch.float32 else 2e-2  # a sanity bound; bit equality is the check
-                check(f"{name} {name_dtype} {case}: fast == ordinary, fast path taken",
-                      torch.equal(fast, plain) and ordinary == 0 and error < tolerance,
-                      f"ordinary launches {ordinary}, max rel error {error:.1e}")
+            def new_sums(x: Any = x) -> Any:
+                return torch.empty(x.shape[0], device="cuda", dtype=x.dtype)
+
+            fast, plain, ordinary = fast_and_ordinary(fn, (x,), new_sums)
+            error = ((fast.double() - want).abs() / want.abs().clamp_min(1.0)).max().item()
+            tolerance = 1e-4 if x.dtype == torch.float32 else 2e-2  # a sanity bound; bit equality is the check
+            check(f"{name} {label}: fast == ordinary, fast path taken",
+                  torch.equal(fast, plain) and ordinary == 0 and error < tolerance,
+                  f"ordinary launches {ordinary}, max rel error {error:.1e}")
     # out=None: a fresh output each call, same values
     a, b = (torch.randn(100, 64, device="cuda") for _ in range(2))
     for name, fn in kernels["add"].items():
@@ -366,7 +379,7 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         sys.exit("launch_overhead.py needs a CUDA GPU")
-    started = time.perf_counter()
+    started = STARTED
     check_outputs()
     check_bad_inputs()
     check_hooks_streams_graphs()

@@ -4,10 +4,25 @@
 in Python: binding the arguments, specializing each one, building and hashing the cache key,
 reading knobs, preparing launch metadata for hooks nobody registered, and, for Gluon kernels,
 encoding a CUtensorMap per TMA descriptor on every call. A :class:`Launcher` does that work once
-per specialization and then calls the compiled kernel's launcher directly::
+per specialization and then calls the compiled kernel's launcher directly.
+
+Use (make launchers once, e.g. per config in a dict, and call them per launch)::
 
     launch = Launcher(add_kernel, BLOCK=1024, num_warps=4)   # constexprs and options: fixed
-    launch((triton.cdiv(n, 1024),), a, b, out, n)             # every other parameter, in order
+    launch(((n + 1023) // 1024,), a, b, out, n)               # the grid, then every other
+                                                              # parameter in the kernel's order
+    # Gluon/TMA: descriptors from tkreg.tma.descriptor (cached, immutable), and the whole call
+    # bound once per input if it repeats (keep BoundLaunch objects in a bounded dict keyed by
+    # what the descriptors were made from: addresses, shapes, strides, dtype, config)
+    bound = Launcher(matmul_kernel, BLOCK_M=128, num_warps=4).bind(
+        tma.descriptor(a, [128, 64], "a"), tma.descriptor(b, [64, 128], "b"), tma.descriptor(c, [128, 128], "out"))
+    bound(grid)
+
+Host-side grid arithmetic: ``triton.cdiv`` and ``triton.next_power_of_2`` are constexpr
+functions in triton 3.6 and cost about 3 us per call from Python; use integer arithmetic.
+Public names: Launcher (``__call__``, ``bind``, ``slow_calls``, ``entry_count``), BoundLaunch,
+FrozenDescriptor (``of``), TensorAddress, is_compiled, enabled / set_enabled / disabled,
+ordinary_launches.
 
 How it stays right. The first call with a new specialization takes the ordinary path,
 ``kernel[grid](...)``: triton binds, checks, compiles if needed, runs its hooks and launches, and

@@ -355,8 +355,11 @@ class RunnerPool:
         )
         shown = ", ".join(f"{t.job.item_id.split('::')[-1]} on {t.where} ({age:.0f} s)" for age, t in running[:4])
         more = f" and {len(running) - 4} more" if len(running) > 4 else ""
-        waiting = len(self._order)
-        self.settings.on_progress(f"tkreg: {self.done_count} items done, {waiting} queued; running: {shown or 'nothing'}{more}")
+        starting = sum(1 for s in self.slots if s.state == "starting")
+        if starting:
+            more += f"; {starting} runner process{'es' if starting > 1 else ''} starting"
+        total = self.done_count + len(self._tasks)
+        self.settings.on_progress(f"tkreg: {self.done_count} of {total} jobs done; running: {shown or 'nothing'}{more}")
 
     def running(self) -> list[tuple[str, str, float]]:
         """(item id, where, seconds) of the jobs running now."""

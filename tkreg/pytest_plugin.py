@@ -37,6 +37,7 @@ MARKERS = {
     "tkreg_bench": "tkreg: device-time benchmark (GPU only), through pytest-benchmark",
 }
 DEFAULT_TIMEOUT_S = 600.0
+SLOWEST_SHOWN = 8  # jobs named in the summary with their run time
 KIND_ORDER = {"correctness": 0, "compile": 1, "peer": 2, "bench": 2}  # benchmarks last: they take a GPU alone
 
 
@@ -358,6 +359,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("-", "tkreg summary")
     terminalreporter.write_line("; ".join(parts) if parts else "tkreg: no items ran")
     state = config.stash.get(session_key, None)
+    if state is not None and state.durations:
+        slowest = sorted(state.durations, reverse=True)[:SLOWEST_SHOWN]
+        terminalreporter.write_line(f"slowest jobs ({len(state.durations)} ran in runner processes):")
+        for seconds, item_id, where in slowest:
+            terminalreporter.write_line(f"  {seconds:7.2f} s  {item_id}  ({where})")
     table = bench_table(state.results) if state is not None else ""
     if table:
         devices = sorted({f"{r['device']} (GPU {r['gpu']})" for r in state.results})

@@ -242,9 +242,12 @@ def serve(settings: dict[str, Any]) -> None:
     plugins = [(name, _module_from_path(name, path)) for name, path in settings["plugin_files"]]
     registry = build_registry(plugins=plugins)
     gpu = bool(settings["gpu"])
-    if gpu:
-        import torch
+    import torch
 
+    # Runners share the machine's cores: without a limit each would use all of them for the
+    # float64 references and the interpreter's numpy work.
+    torch.set_num_threads(int(settings.get("threads", 1)))
+    if gpu:
         torch.cuda.init()  # pay for the context before the first job's clock starts
     context = Context(registry, gpu)
     write_frame(answers, ("ready", {"pid": os.getpid()}))
@@ -255,7 +258,9 @@ def serve(settings: dict[str, Any]) -> None:
         job = message
         sys.stderr.write(f"{JOB_MARK} {os.getpid()}: {job.item_id}\n")
         sys.stderr.flush()
+        began = time.perf_counter()
         outcome = execute(job, context)
+        outcome.data["seconds"] = time.perf_counter() - began
         write_frame(answers, ("outcome", outcome))
         if outcome.fatal:
             sys.stderr.flush()

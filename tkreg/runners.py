@@ -48,6 +48,7 @@ class Session:
     peer_ms: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     ceilings_by_gpu: dict[str, Any] = field(default_factory=dict)
     results: list[dict[str, Any]] = field(default_factory=list)
+    durations: list[tuple[float, str, str]] = field(default_factory=list)  # (seconds, item id, where) per job
     _pool: RunnerPool | None = None
     _context: Context | None = None
     _bench_gpu: dict[tuple[str, str, str], str] = field(default_factory=dict)
@@ -84,6 +85,7 @@ class Session:
             lookahead=lookahead,
             on_progress=self.on_progress,
             prepare=self._prepare,
+            extra={"threads": max(1, cores // len(kernel))},
         )
 
     def _prepare(self, job: Job, flavor: Flavor) -> Job:
@@ -167,6 +169,8 @@ def _settle(session: Session, spec: ItemSpec) -> Outcome:
     if reason is not None:
         pytest.skip(reason)
     outcome = session.outcome(spec)
+    if "seconds" in outcome.data:
+        session.durations.append((outcome.data["seconds"], spec.id, outcome.data.get("where", "")))
     if outcome.status == "passed":
         return outcome
     if outcome.status == "skipped":

@@ -1,0 +1,116 @@
+"""Write a benchmark report: per op, a throughput plot against the measured ceiling and a speed-up
+plot against the peer, and report.md with the full table; with a baseline, the changes too."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import markdown, plots
+from .compare import DEFAULT_THRESHOLD_PCT, Comparison, compare
+from .results import Run, Source, load_run
+
+REPORT_NAME = "report.md"
+
+
+@dataclass
+class Report:
+    """What write_report wrote and found."""
+
+    directory: Path
+    markdown: Path
+    plots: list[Path] = field(default_factory=list)
+    comparison: Comparison | None = None
+
+    @property
+    def regressed(self) -> bool:
+        return self.comparison is not None and self.comparison.regressed
+
+
+def file_stem(op: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", op)
+
+
+def write_report(
+    source: Source, out_dir: str | Path, *, baseline: Source | None = None, threshold_pct: float = DEFAULT_THRESHOLD_PCT
+) -> Report:
+    """Write report.md and the PNG plots into ``out_dir`` (created if missing).
+
+    ``source`` and ``baseline``: a path to pytest-benchmark JSON (.json or .json.gz), the parsed
+    document, or the list of ``extra_info`` rows a tkreg session collected. With a baseline, items
+    are paired by op, kernel, config, case and dtype, and the report names every item whose device
+    time grew by more than ``threshold_pct`` percent (``Report.regressed``).
+    """
+    run = load_run(source)
+    if not run.results:
+        raise ValueError(f"{run.meta['source']}: no benchmark results in it".replace("`", ""))
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    report = Report(directory, directory / REPORT_NAME)
+    parts = ["# Benchmark report", "", *_header(run)]
+    if baseline is not None:
+        base = load_run(baseline)
+        report.comparison = compare(base, run, threshold_pct)
+        changes = plots.changes_plot(report.comparison, directory / "changes.png")
+        report.plots += [changes] if changes else []
+        parts += _changes_section(report.comparison, base, changes)
+    for op in run.ops():
+        results = run.of_op(op)
+        stem = file_stem(op)
+        made = [
+            plots.throughput_plot(results, directory / f"{stem}-throughput.png", _title(op, "throughput vs ceiling", run)),
+            plots.speedup_plot(results, directory / f"{stem}-vs-peer.png", _title(op, "speed-up over the peer", run)),
+        ]
+        report.plots += [p for p in made if p]
+        parts += ["", f"## {op}", ""]
+        parts += [f"![{op}: {p.stem}]({p.name})" for p in made if p]
+        parts += ["", markdown.results_table(results)]
+    report.markdown.write_text("\n".join(parts) + "\n")
+    return report
+
+
+def _title(op: str, what: str, run: Run) -> str:
+    device = run.meta.get("device", "")
+    date = run.meta.get("date", "")[:10]
+    return f"{op}: {what}" + (f" ({device}, {date})" if device or date else "")
+
+
+def _header(run: Run) -> list[str]:
+    meta = run.meta
+    lines = [f"- Results: {meta['source']}"]
+    lines += [f"- {key.capitalize()}: {meta[key]}" for key in ("device", "date", "commit", "host") if meta.get(key)]
+    ceilings = {(r.unit, r.ceiling_name): r.ceiling for r in run.results if r.ceiling}
+    for (unit, name), value in ceilings.items():
+        lines.append(f"- Ceiling measured in the same run: {value:.0f} {unit}" + (f", {name}" if name else ""))
+    timing = next((r.timing for r in run.results if r.timing), "")
+    if timing:
+        lines.append(f"- Device time: {timing}")
+    lines.append(
+        "- Columns: device time is the median per call; wall time (where recorded) includes the launcher; "
+        "throughput comes from the op's cost model; vs peer is the peer's time over the kernel's; host is "
+        "the launcher's Python work per call."
+    )
+    return lines
+
+
+def _changes_section(comparison: Comparison, base: Run, plot: Path | None) -> list[str]:
+    limit = comparison.threshold_pct
+    lines = ["", "## Changes against the baseline", "", f"- Baseline: {base.meta['source']}"]
+    lines += [f"- Baseline {key}: {base.meta[key]}" for key in ("device", "date", "commit") if base.meta.get(key)]
+    slower, faster = comparison.slower, comparison.faster
+    lines.append(
+        f"- {len(comparison.changes)} items in both runs: {len(slower)} slower than {limit:g}%, {len(faster)} faster than "
+        f"{limit:g}%; {len(comparison.added)} only in this run, {len(comparison.removed)} only in the baseline."
+    )
+    if slower:
+        lines += ["", f"**Slower than {limit:g}% (device time):**", ""]
+        lines += [f"- `{c.new.label}`: {c.pct:+.1f}% ({markdown.us(c.base.median_ms)} -> {markdown.us(c.new.median_ms)} us)"
+                  for c in slower]
+    if plot:
+        lines += ["", f"![changes]({plot.name})"]
+    lines += ["", markdown.change_table(comparison)]
+    for title, items in (("Only in this run", comparison.added), ("Only in the baseline", comparison.removed)):
+        if items:
+            lines += ["", f"{title}: " + ", ".join(f"`{r.label}`" for r in items)]
+    return lines

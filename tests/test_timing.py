@@ -204,3 +204,58 @@ def test_wall_time_includes_a_launcher_slower_than_flush_plus_kernel(gpu: Gpu) -
     assert device == pytest.approx(0.010, abs=1e-9)
     # each call waits for the host: 200 us of launcher less the 85 us flush it overlaps, plus the kernel and API work
     assert 0.12 < wall < 0.14, wall
+
+
+@pytest.fixture
+def check_timing(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """scripts/gpu/check_timing.py as a module (it imports on a CPU; it runs on a GPU)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "check_timing.py"
+    spec = importlib.util.spec_from_file_location("check_timing", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "check_timing", module)  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_timing_judges_each_bound_with_its_own_tolerance(check_timing: types.ModuleType) -> None:
+
+    def row(name: str, bound: str, ours: float, cupti: float) -> dict:
+        return {"workload": name, "bound": bound, "tkreg_ms": ours, "cupti_ms": cupti, "tkreg_over_cupti": ours / cupti}
+
+    rows = [
+        row("cuBLAS", "compute", 0.840, 0.851),  # -1.3%: within 3%
+        row("cuBLAS", "compute", 0.830, 0.851),
+        row("held-like", "compute", 0.718, 0.851),  # the old timer's reading: -16%
+        row("add 16384^2", "memory", 1.0594, 1.0562),  # +0.3%
+        row("sum 16384^2", "memory", 0.3600, 0.3527),  # +2.1%
+        row("add_tma 1024^2", "memory", 0.0100, 0.0068),  # short: 3.2 us of event overhead
+        row("add_tma 1024^2 do_bench-like", "memory", 0.0873, 0.0068),  # a launcher's host time
+    ]
+    verdicts = {detail.split(":")[0]: ok for _, ok, detail in check_timing.check(rows)}
+    assert verdicts == {
+        "cuBLAS": True,
+        "held-like": False,
+        "add 16384^2": True,
+        "sum 16384^2": False,
+        "add_tma 1024^2": True,
+        "add_tma 1024^2 do_bench-like": False,
+    }
+
+
+def test_check_timing_verdict_tells_a_faster_kernel_from_an_overlap(check_timing: types.ModuleType) -> None:
+
+    def probe(hold: float, events: float, cupti: float, gap: float, mhz: int) -> dict:
+        return {"probe": f"hold {hold:g} ms", "hold_ms": hold, "events_ms": events, "cupti_ms": cupti, "spin_to_kernel_us": gap,
+                "sm_mhz": mhz, "power_w": 700 if hold == 0 else 560, "power_cap_share": 0.9 if hold == 0 else 0.0}
+
+    nan = float("nan")
+    clocks = [probe(0.0, 0.853, 0.850, nan, 1620), probe(0.25, 0.721, 0.718, 1.2, 1980), probe(1.0, 0.70, 0.70, 1.0, 1980)]
+    text = "\n".join(check_timing.verdict(clocks))
+    assert "the kernel itself ran faster after the hold" in text and "(no overlap)" in text and "1980 MHz held vs 1620" in text
+    overlap = [probe(0.0, 0.853, 0.850, nan, 1700), probe(0.25, 0.72, 0.85, -130.0, 1700)]
+    text = "\n".join(check_timing.verdict(overlap))
+    assert "the events missed part of the kernel" in text and "(negative: overlap)" in text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import markdown, plots
 from .compare import DEFAULT_THRESHOLD_PCT, Comparison, compare
-from .results import Run, Source, load_run
+from .results import Result, Run, Source, load_run
 
 REPORT_NAME = "report.md"
 
@@ -30,6 +30,25 @@ class Report:
 
 def file_stem(op: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", op)
+
+
+def op_plots(results: list[Result], directory: Path, stem: str, suffix: str, draw: bool = True) -> list[Path]:
+    """The throughput and speed-up plots of one op's results, as ``<stem>-throughput.png`` and
+    ``<stem>-vs-peer.png`` in ``directory``; only those the results have data for. With
+    draw=False, only the paths they would have."""
+    op = results[0].op
+    wanted = [
+        ("throughput", plots.throughput_plot, "throughput vs ceiling", any(r.throughput is not None for r in results)),
+        ("vs-peer", plots.speedup_plot, "speed-up over the peer", any(r.speedup is not None and not r.is_peer for r in results)),
+    ]
+    made = []
+    for kind, plot, what, has_data in wanted:
+        path = directory / f"{stem}-{kind}.png"
+        if has_data:
+            if draw:
+                plot(results, path, f"{op}: {what}{suffix}")
+            made.append(path)
+    return made
 
 
 def write_report(
@@ -57,23 +76,18 @@ def write_report(
         parts += _changes_section(report.comparison, base, changes)
     for op in run.ops():
         results = run.of_op(op)
-        stem = file_stem(op)
-        made = [
-            plots.throughput_plot(results, directory / f"{stem}-throughput.png", _title(op, "throughput vs ceiling", run)),
-            plots.speedup_plot(results, directory / f"{stem}-vs-peer.png", _title(op, "speed-up over the peer", run)),
-        ]
-        report.plots += [p for p in made if p]
+        made = op_plots(results, directory, file_stem(op), _title_suffix(run))
+        report.plots += made
         parts += ["", f"## {op}", ""]
-        parts += [f"![{op}: {p.stem}]({p.name})" for p in made if p]
+        parts += [f"![{op}: {p.stem}]({p.name})" for p in made]
         parts += ["", markdown.results_table(results)]
     report.markdown.write_text("\n".join(parts) + "\n")
     return report
 
 
-def _title(op: str, what: str, run: Run) -> str:
-    device = run.meta.get("device", "")
-    date = run.meta.get("date", "")[:10]
-    return f"{op}: {what}" + (f" ({device}, {date})" if device or date else "")
+def _title_suffix(run: Run) -> str:
+    where = ", ".join(x for x in (run.meta.get("device", ""), run.meta.get("date", "")[:10]) if x)
+    return f" ({where})" if where else ""
 
 
 def _header(run: Run) -> list[str]:

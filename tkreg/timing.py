@@ -303,13 +303,13 @@ class DeviceTimer:
         return read()
 
     def describe(self) -> str:
-        """How the last queue() measured device time, for a result's record."""
+        """How the last queue() measured device time, in words that are the same for every item
+        measured the same way (why a call could not be captured is in ``capture_error``)."""
         common = "L2 flushed before each repetition, CUDA events around the work, repetitions queued back to back; median"
         if self.method == "graph":
             return f"CUDA graph of the call, captured once and replayed; {common}"
-        held = max(self.last_holds, default=0.0) * 1e3
-        reason = f" ({self.capture_error})" if self.capture_error else ""
-        return f"the call itself, not capturable in a CUDA graph{reason}; {common}; holds up to {held:.0f} us before batches"
+        return (f"the call itself (not captured in a CUDA graph); {common}; before each batch of {BATCH_REPS}, "
+                "a hold as long as the launcher's host time needs")
 
 
 @dataclass(frozen=True)

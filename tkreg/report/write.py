@@ -4,6 +4,7 @@ plot against the peer, and report.md with the full table; with a baseline, the c
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from .compare import DEFAULT_THRESHOLD_PCT, Comparison, compare
 from .results import Result, Run, Source, load_run
 
 REPORT_NAME = "report.md"
+MAX_METHODS_LISTED = 5
 
 
 @dataclass
@@ -97,9 +99,12 @@ def _header(run: Run) -> list[str]:
     ceilings = {(r.unit, r.ceiling_name): r.ceiling for r in run.results if r.ceiling}
     for (unit, name), value in ceilings.items():
         lines.append(f"- Ceiling measured in the same run: {value:.0f} {unit}" + (f", {name}" if name else ""))
-    timing = next((r.timing for r in run.results if r.timing), "")
-    if timing:
-        lines.append(f"- Device time: {timing}")
+    methods = Counter(r.timing for r in run.results if r.timing)
+    if len(methods) == 1:
+        lines.append(f"- Device time: {next(iter(methods))}")
+    elif methods:  # e.g. most calls replayed from a CUDA graph, a few that could not be captured
+        lines.append(f"- Device time, {len(methods)} methods (each item's `extra_info['timing']` says which):")
+        lines += [f"  - {count} items: {method}" for method, count in methods.most_common(MAX_METHODS_LISTED)]
     lines.append(
         "- Columns: device time is the median per call; wall time (where recorded) includes the launcher; "
         "throughput comes from the op's cost model; vs peer is the peer's time over the kernel's; host is "

@@ -70,9 +70,13 @@ class Nvml:
         if lib.nvmlInit_v2() != 0:
             raise RuntimeError("nvmlInit failed")
         self.lib, self.handle = lib, ctypes.c_void_p()
-        uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}".encode()
-        if lib.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(self.handle)) != 0:
-            lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle))
+        # this process's CUDA device 0 by its UUID (NVML numbers devices its own way), else NVML's 0
+        uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
+        found = any(
+            lib.nvmlDeviceGetHandleByUUID(name.encode(), ctypes.byref(self.handle)) == 0 for name in (uuid, f"GPU-{uuid}") if uuid
+        )
+        if not found and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) != 0:
+            raise RuntimeError("no NVML handle for the GPU")
         newer = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)  # R535+; the older name before
         self.reasons = newer or lib.nvmlDeviceGetCurrentClocksThrottleReasons
 

@@ -235,7 +235,8 @@ def test_check_timing_judges_each_bound_with_its_own_tolerance(check_timing: typ
         row("add_tma 1024^2", "memory", 0.0100, 0.0068),  # short: 3.2 us of event overhead
         row("add_tma 1024^2 do_bench-like", "memory", 0.0873, 0.0068),  # a launcher's host time
     ]
-    verdicts = {detail.split(":")[0]: ok for _, ok, detail in check_timing.check(rows)}
+    checks = check_timing.check(rows)
+    verdicts = {detail.split(":")[0]: ok for _, ok, detail in checks}
     assert verdicts == {
         "cuBLAS": True,
         "held-like": False,
@@ -244,6 +245,13 @@ def test_check_timing_judges_each_bound_with_its_own_tolerance(check_timing: typ
         "add_tma 1024^2": True,
         "add_tma 1024^2 do_bench-like": False,
     }
+    summary = check_timing.per_bound(checks)
+    assert [line.split(" (")[0] for line in summary] == [
+        "FAIL compute-bound: tkreg within 3% of CUPTI",
+        "FAIL memory-bound: tkreg within 0.5% of CUPTI",
+        "FAIL short kernels: tkreg within 5 us of CUPTI",
+    ]
+    assert "held-like" in summary[0] and "cuBLAS" not in summary[0]
 
 
 def test_check_timing_verdict_tells_a_faster_kernel_from_an_overlap(check_timing: types.ModuleType) -> None:

@@ -391,11 +391,20 @@ def main() -> None:
     records.save("launch_overhead", rows, notes=notes)
     records.save("launch_overhead_checks", checks)
     failed = [c["check"] for c in checks if not c["ok"]]
-    print(f"\n{len(checks) - len(failed)} passed, {len(failed)} failed; {time.perf_counter() - started:.0f} s in all")
-    print(f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, host us per call")
-    print(f"{'op':8s} {'path':42s} {'queued':>8s} {'+sync':>8s} {'synced':>8s}")
+    for name in failed[:8]:
+        print(f"FAILED: {name}")
+    # One line per path; a launcher's line also shows its out=None and ordinary-launch figures.
+    by_path = {(r["op"], r["path"]): r for r in rows}
+    print(f"\n{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"host us per call at {SHAPE[0]}x{SHAPE[1]} fp32 (median of {ROUNDS} rounds)")
+    print(f"{'op':8s} {'path':33s} {'queued':>7s} {'+sync':>7s} {'synced':>7s} {'out=None':>9s} {'ordinary':>9s}")
     for r in rows:
-        print(f"{r['op']:8s} {r['path']:42s} {r['queued_us']:8.1f} {r['queued_and_sync_us']:8.1f} {r['synced_us']:8.1f}")
+        if r["path"].endswith((" out=None", " ordinary launch")):
+            continue
+        extra = [by_path.get((r["op"], f"{r['path']}{suffix}")) for suffix in (" out=None", " ordinary launch")]
+        tail = "".join(f" {x['queued_us']:9.1f}" if x else f" {'':>9s}" for x in extra)
+        print(f"{r['op']:8s} {r['path']:33s} {r['queued_us']:7.1f} {r['queued_and_sync_us']:7.1f} {r['synced_us']:7.1f}{tail}")
+    print(f"{len(checks) - len(failed)} checks passed, {len(failed)} failed; {time.perf_counter() - started:.0f} s in all")
     sys.exit(1 if failed else 0)
 
 

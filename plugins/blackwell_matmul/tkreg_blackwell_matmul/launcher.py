@@ -10,6 +10,7 @@ from tkreg_matmul.gluon_common import (
     persistent_grid,
     validate_gluon_matmul,
 )
+from tkreg_matmul.layouts import KN, LAYOUTS, NK
 from tkreg_matmul.output import output_for
 
 from tkreg import RequirementError
@@ -81,33 +82,46 @@ def _check_device(device: Any) -> None:
         )
 
 
-def matmul_blackwell_ws(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
-    """C = A @ B on data-centre Blackwell. ``config``: BLOCK_M/N/K, num_buffers, SUBTILE_FACTOR,
-    num_warps and ``scheduler`` (a registered name or a Scheduler spec); defaults in DEFAULTS."""
-    params = _params(config)
-    validate_gluon_matmul(a, b, out)
-    _check_device(a.device)
-    out = output_for(a, b, out)
+def blocks(params: dict[str, Any], b_layout: str) -> dict[str, list[int]]:
+    """TMA block shapes: B's as stored (BLOCK_N x BLOCK_K of an (N, K) weight for ``nk``), C's one
+    epilogue slice."""
     bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
-    a_desc, b_desc, c_desc = matmul_descriptors(a, b, out, bm, bn, bk, c_block=(bm, bn // params["SUBTILE_FACTOR"]))
-    grid = persistent_grid(out.shape[0], out.shape[1], bm, bn, a.device)
-    matmul_blackwell_ws_kernel[grid](
-        a_desc, b_desc, c_desc, gluon_impl(params["scheduler"]), params["num_buffers"], params["SUBTILE_FACTOR"],
-        num_warps=params["num_warps"],
-    )  # fmt: skip
-    return out
+    return {"a": [bm, bk], "b": [bn, bk] if b_layout == NK else [bk, bn], "c": [bm, bn // params["SUBTILE_FACTOR"]]}
 
 
-def matmul_blackwell_ws_aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
-    """The compile the launcher makes for ``config`` (descriptors of ``dtype``, the same constexprs)."""
-    params = _params(config)
-    bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
-    signature = descriptor_signatures(dtype, bm, bn, bk, c_block=(bm, bn // params["SUBTILE_FACTOR"]))
-    constexprs = {
+def constexprs(params: dict[str, Any], b_layout: str) -> dict[str, Any]:
+    return {
         "SchedulerImpl": gluon_impl(params["scheduler"]),
         "num_buffers": params["num_buffers"],
         "SUBTILE_FACTOR": params["SUBTILE_FACTOR"],
         "num_warps": params["num_warps"],
+        "B_NK": b_layout == NK,
     }
-    signature |= {name: "constexpr" for name in constexprs}
-    return AotSpec(matmul_blackwell_ws_kernel, signature, constexprs, {"num_warps": params["num_warps"]})
+
+
+def matmul_blackwell_ws(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
+    """C = A @ B on data-centre Blackwell. B is a row-major (K, N) tensor or the transposed view of a
+    row-major (N, K) weight, read as stored. ``config``: BLOCK_M/N/K, num_buffers, SUBTILE_FACTOR,
+    num_warps and ``scheduler`` (a registered name or a Scheduler spec); defaults in DEFAULTS."""
+    params = _params(config)
+    layout = validate_gluon_matmul(a, b, out)
+    _check_device(a.device)
+    out = output_for(a, b, out)
+    descriptors = matmul_descriptors(a, b, out, blocks(params, layout), layout)
+    grid = persistent_grid(out.shape[0], out.shape[1], params["BLOCK_M"], params["BLOCK_N"], a.device)
+    matmul_blackwell_ws_kernel[grid](*descriptors, **constexprs(params, layout))
+    return out
+
+
+def matmul_blackwell_ws_aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
+    """The compile the launcher makes for ``config`` (descriptors of ``dtype``, the same constexprs;
+    B's layout under "b_layout", default "kn")."""
+    config = dict(config)
+    layout = config.pop("b_layout", KN)
+    if layout not in LAYOUTS:
+        raise ValueError(f"b_layout={layout!r}; known: {', '.join(LAYOUTS)}")
+    params = _params(config)
+    signature = descriptor_signatures(dtype, blocks(params, layout))
+    values = constexprs(params, layout)
+    signature |= {name: "constexpr" for name in values}
+    return AotSpec(matmul_blackwell_ws_kernel, signature, values, {"num_warps": params["num_warps"]})

@@ -1,13 +1,13 @@
 """What the Gluon matmul kernels (Hopper, Blackwell) share: the ``Counter`` aggregate over a ring of
-mbarriers, TMA descriptors for A, B and C and their AOT signatures, the persistent grid, and the
-input checks (re-exported from :mod:`tkreg_matmul.checks`).
+mbarriers, TMA descriptors for A, B (either layout, see :mod:`tkreg_matmul.layouts`) and C and their
+AOT signatures, the persistent grid, and the input checks (re-exported from :mod:`tkreg_matmul.checks`).
 
 No ``from __future__ import annotations`` here: ``@aggregate`` checks field values against the class
 annotations with isinstance, which needs them evaluated.
 """
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton.experimental import gluon
@@ -17,11 +17,13 @@ from triton.language.core import _aggregate as aggregate
 from tkreg.tma import descriptor, descriptor_signature
 
 from .checks import gluon_matmul_inputs_reasons, validate_gluon_matmul
+from .layouts import NK
 
 __all__ = [
     "Counter",
     "descriptor_signatures",
     "gluon_matmul_inputs_reasons",
+    "launch_gluon",
     "matmul_descriptors",
     "num_sms",
     "persistent_grid",
@@ -59,29 +61,26 @@ class Counter:
         return Counter(index, phase, self.num_barriers)
 
 
-def matmul_descriptors(
-    a: Any, b: Any, c: Any, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, c_block: Sequence[int] | None = None
-) -> tuple[Any, Any, Any]:
-    """TMA descriptors for A (blocks BLOCK_M x BLOCK_K), B (BLOCK_K x BLOCK_N) and C (``c_block``,
-    default BLOCK_M x BLOCK_N; a subtiled epilogue stores narrower blocks). Each tensor's TMA rules
-    are checked first (InputError naming it)."""
-    c_block = list(c_block) if c_block is not None else [BLOCK_M, BLOCK_N]
+def matmul_descriptors(a: Any, b: Any, c: Any, blocks: Mapping[str, Sequence[int]], b_layout: str) -> tuple[Any, Any, Any]:
+    """TMA descriptors for A, B and C with the block shapes in ``blocks`` ("a", "b", "c"). B is
+    described as stored: over B itself for ``kn``, over the (N, K) tensor W = B.t() for ``nk``. C is
+    the (M, N) output, or a 3-D split-K workspace. The caller has checked TMA's rules
+    (validate_gluon_matmul), so they are not checked again here."""
+    w = b.t() if b_layout == NK else b
     return (
-        descriptor(a, [BLOCK_M, BLOCK_K], "a"),
-        descriptor(b, [BLOCK_K, BLOCK_N], "b"),
-        descriptor(c, c_block, "out"),
+        descriptor(a, blocks["a"], "a", checked=True),
+        descriptor(w, blocks["b"], "b", checked=True),
+        descriptor(c, blocks["c"], "out", checked=True),
     )
 
 
-def descriptor_signatures(
-    dtype: str, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, c_block: Sequence[int] | None = None
-) -> dict[str, str]:
-    """AOT signature entries ``a_desc``, ``b_desc``, ``c_desc`` matching :func:`matmul_descriptors`."""
-    c_block = list(c_block) if c_block is not None else [BLOCK_M, BLOCK_N]
+def descriptor_signatures(dtype: str, blocks: Mapping[str, Sequence[int]], c_dtype: str | None = None) -> dict[str, str]:
+    """AOT signature entries ``a_desc``, ``b_desc``, ``c_desc`` matching :func:`matmul_descriptors`
+    (``c_dtype``: C's element type when it differs from the operands', e.g. a float32 workspace)."""
     return {
-        "a_desc": descriptor_signature(dtype, [BLOCK_M, BLOCK_K]),
-        "b_desc": descriptor_signature(dtype, [BLOCK_K, BLOCK_N]),
-        "c_desc": descriptor_signature(dtype, c_block),
+        "a_desc": descriptor_signature(dtype, blocks["a"]),
+        "b_desc": descriptor_signature(dtype, blocks["b"]),
+        "c_desc": descriptor_signature(c_dtype or dtype, blocks["c"]),
     }
 
 
@@ -100,7 +99,13 @@ def num_sms(device: Any) -> int:
     return _sm_count(index)
 
 
-def persistent_grid(M: int, N: int, BLOCK_M: int, BLOCK_N: int, device: Any) -> tuple[int]:
-    """One program per SM, never more programs than output tiles."""
-    tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)
-    return (min(num_sms(device), tiles),)
+def persistent_grid(M: int, N: int, BLOCK_M: int, BLOCK_N: int, device: Any, split_k: int = 1) -> tuple[int]:
+    """One program per SM, never more programs than work units (output tiles times K slices)."""
+    units = -(-M // BLOCK_M) * -(-N // BLOCK_N) * split_k
+    return (min(num_sms(device), units),)
+
+
+def launch_gluon(kernel: Any, grid: tuple[int, ...], descriptors: Sequence[Any], constexprs: Mapping[str, Any],
+                 options: Mapping[str, Any]) -> None:  # fmt: skip
+    """Launch a Gluon matmul kernel whose runtime arguments are its TMA descriptors."""
+    kernel[grid](*descriptors, **constexprs, **options)

@@ -135,6 +135,12 @@ def _choose_cached(M: int, N: int, K: int, layout: str, num_sms: int, smem_per_b
     return tuple(config.items())
 
 
+def choose(M: int, N: int, K: int, layout: str, num_sms: int, smem_per_block: int = SMEM_PER_SM - 1024) -> dict[str, Any]:
+    """The launcher's config for these sizes and B layout on a GPU with these limits (default: an
+    H100's 227 KB per block), from the packaged table and the model; cached per shape."""
+    return dict(_choose_cached(M, N, K, layout, num_sms, smem_per_block))
+
+
 @functools.cache
 def _device_limits(index: int) -> tuple[int, int]:
     import torch
@@ -149,7 +155,7 @@ def pick_config(M: int, N: int, K: int, device: Any, layout: str = "kn") -> dict
         return dict(INTERPRETER)
     index = device.index if getattr(device, "index", None) is not None else _current_device()
     num_sms, smem = _device_limits(index)
-    return dict(_choose_cached(M, N, K, layout, num_sms, smem))
+    return choose(M, N, K, layout, num_sms, smem)
 
 
 def _current_device() -> int:

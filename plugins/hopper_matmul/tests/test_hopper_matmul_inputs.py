@@ -81,10 +81,8 @@ def test_output_checks():
     raises("tensors must share one device: a on cuda:0, b on cuda:0, out on cpu", a, b, out=fp16(64, 48))
 
 
-def test_output_the_launcher_allocates_must_suit_tma(monkeypatch):
+def test_output_the_launcher_allocates_must_suit_tma():
     # N = 36 with B inside a TMA-legal padded buffer: a contiguous (M, 36) output has 72-byte rows.
-    monkeypatch.setattr(launch, "num_sms", lambda device: 132)
-    monkeypatch.setattr(launch, "output_for", lambda a, b, out: OnCuda(fp16(a.shape[0], b.shape[1])))
     b = fp16(32, 40)[:, :36]
     raises(r"out: rows of N=36 elements are 72 bytes, not a multiple of 16", OnCuda(fp16(64, 32)), OnCuda(b))
 
@@ -114,6 +112,7 @@ def test_launcher_plans_with_the_layout_and_the_sm_count(monkeypatch, layout):
 
     monkeypatch.setattr(launch, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch, "launch_plan", stop)
+    launch._resolved.clear()
     b = fp16(64, 48) if layout == "kn" else fp16(48, 64).t()
     raises("stop before launch", OnCuda(fp16(32, 64)), OnCuda(b), scheduler="grouped-1")
     assert seen["args"] == (32, 48, 64, layout, 132, None, "grouped-1")
@@ -143,3 +142,37 @@ def test_launch_plan_with_given_config_and_scheduler():
     # K = 100 is two 64-wide steps: eight slices shrink to two; the default scheduler for a given config.
     assert plan.split_k == 2 and plan.config.SPLIT_K == 2 and plan.scheduler == launch.DEFAULT_SCHEDULER
     assert plan.grid == (4,) and plan.why == "given"
+
+
+def test_checks_are_cached_per_shape_class_but_addresses_are_checked_every_call(monkeypatch):
+    """A call of a cached shape class skips the checks but not the addresses' alignment."""
+    resolved = []
+    monkeypatch.setattr(launch, "_resolve", lambda *args: resolved.append(args) or ("kn", None, None))
+    monkeypatch.setattr(launch, "make_output", lambda a, b: (_ for _ in ()).throw(Stop()))
+    launch._resolved.clear()
+    buffer = fp16(64, 80)
+    a, b = OnCuda(buffer[:, :64]), OnCuda(fp16(64, 48))
+    for _ in range(2):
+        with pytest.raises(Stop):
+            matmul_hopper_ws(a, b)
+    assert len(resolved) == 1
+    # The same shape class one element in: not taken from the cache, so the checks run (and refuse it).
+    monkeypatch.undo()
+    launch._resolved.clear()
+    matmul_hopper_ws_stop(a, b)
+    raises("a: base address is not 16-byte aligned", OnCuda(buffer[:, 1:65]), b)
+    # Not tensors at all: the full checks and their message.
+    raises(r"a must be a torch\.Tensor, got list", [[1.0]], b)
+
+
+class Stop(Exception):
+    pass
+
+
+def matmul_hopper_ws_stop(a, b) -> None:
+    """Fill the cache for a and b's shape class (stopped at the output allocation)."""
+    from unittest import mock
+
+    with mock.patch.object(launch, "make_output", side_effect=Stop), mock.patch.object(launch, "num_sms", return_value=132):
+        with pytest.raises(Stop):
+            matmul_hopper_ws(a, b)

@@ -2,8 +2,10 @@
 :class:`~tkreg_hopper_matmul.config.HopperConfig` and B layout through :mod:`.build`, so the AOT
 compile is the kernel the launcher runs.
 
-A call checks its inputs, then takes a :class:`Plan` (config, scheduler, K slices, grid, TMA block
-shapes, constexprs), made once per problem shape class and cached, and launches it.
+A call checks its inputs (the full checks once per shape class, then only the addresses'
+alignment), takes a :class:`Plan` (config, scheduler, K slices, grid, TMA block shapes,
+constexprs), made once per problem shape class and cached, and launches it through
+:class:`tkreg_matmul.gluon_common.GluonLaunch` (the JIT's look-up done once per compiled variant).
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tkreg_matmul.gluon_common import (
+    GluonLaunch,
+    ShapeClassCache,
     descriptor_signatures,
-    launch_gluon,
     matmul_descriptors,
     num_sms,
     validate_gluon_matmul,
 )
 from tkreg_matmul.layouts import KN, LAYOUTS
-from tkreg_matmul.output import output_for
+from tkreg_matmul.op import make_output
 from tkreg_matmul.reduce import reduce_partials
 
 from tkreg import Scheduler
@@ -38,6 +41,10 @@ from .kernel import matmul_hopper_ws_kernel
 # scheduler): grouped-8 measured best or within 2% of the best on the shapes of issue 13.
 DEFAULT_SCHEDULER = "grouped-8"
 ARCH = "sm_90a"
+OPTIONS = build.options()
+_launch = GluonLaunch(matmul_hopper_ws_kernel)
+# Per shape class (inputs' dtypes, shapes, strides, devices) and parameters: (B layout, plan, variant).
+_resolved = ShapeClassCache()
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,11 @@ class Plan:
     blocks: Mapping[str, list[int]]
     constexprs: Mapping[str, Any]
     why: str  # where the config comes from: given, measured, or the model
+
+    def variant(self, dtype: Any) -> Any:
+        """What decides the compiled kernel, with the device: constexprs, block shapes, operand dtype
+        (C's follows: fp32 with split-K, else the operands')."""
+        return (tuple(self.constexprs.items()), tuple((k, tuple(v)) for k, v in self.blocks.items()), dtype)
 
 
 @functools.lru_cache(maxsize=256)
@@ -97,23 +109,32 @@ def matmul_hopper_ws(a: Any, b: Any, out: Any = None, *, scheduler: str | Schedu
     given, must be a TMA-legal (M, N) tensor of the same dtype; one allocated here is contiguous,
     so N must be a multiple of 8. ``params`` are HopperConfig fields; with none, the launcher
     chooses them (and the scheduler) for the problem (:func:`.choice.choose`)."""
+    extra = (tuple(sorted(params.items())), scheduler) if params or scheduler is not None else None
+    resolved = _resolved.lookup(a, b, out, extra)
+    if resolved is None:
+        resolved = _resolve(a, b, out, params, scheduler)
+        _resolved.store(a, b, out, extra, resolved)
+    layout, plan, variant = resolved
+    if out is None:  # (a given out was checked with the inputs)
+        out = make_output(a, b)
+    if plan.split_k == 1:
+        _launch(plan.grid, matmul_descriptors(a, b, out, plan.blocks, layout), plan.constexprs, OPTIONS, variant)
+        return out
+    import torch
+
+    workspace = torch.empty((plan.split_k, a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+    _launch(plan.grid, matmul_descriptors(a, b, workspace, plan.blocks, layout), plan.constexprs, OPTIONS, variant)
+    return reduce_partials(workspace, out)
+
+
+def _resolve(a: Any, b: Any, out: Any, params: dict[str, Any], scheduler: str | Scheduler | None) -> tuple[str, Plan, Any]:
+    """The full checks and the plan, for a call whose shape class is not cached yet."""
     # Given parameters (missing ones take the defaults) are checked before the inputs.
     config = config_from(tuple(sorted(params.items()))) if params else None
     layout = validate_gluon_matmul(a, b, out)
     M, K = a.shape
-    N = b.shape[1]
-    plan = launch_plan(M, N, K, layout, num_sms(a.device), config, scheduler)
-    out = output_for(a, b, out)
-    if plan.split_k == 1:
-        launch_gluon(matmul_hopper_ws_kernel, plan.grid, matmul_descriptors(a, b, out, plan.blocks, layout), plan.constexprs,
-                     build.options())  # fmt: skip
-        return out
-    import torch
-
-    workspace = torch.empty((plan.split_k, M, N), dtype=torch.float32, device=a.device)
-    descriptors = matmul_descriptors(a, b, workspace, plan.blocks, layout)
-    launch_gluon(matmul_hopper_ws_kernel, plan.grid, descriptors, plan.constexprs, build.options())
-    return reduce_partials(workspace, out)
+    plan = launch_plan(M, b.shape[1], K, layout, num_sms(a.device), config, scheduler)
+    return layout, plan, plan.variant(a.dtype)
 
 
 def aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:

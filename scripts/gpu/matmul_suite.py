@@ -13,7 +13,8 @@ Sections (elapsed time printed after each; the budget, 330 s by default, stops n
    that ends past K), fp16 and bf16 for the choice; matmul_triton with every candidate config on
    both layouts. Reference: float64 on the GPU, output poisoned with NaN, the op's tolerance.
 2. timing (device time, triton.testing.do_bench_cudagraph, median): on each benchmark case of the
-   matmul op (the Llama-3-8B projections in both layouts, 3000x5000x2000, 8192^2 x K), in bf16 and
+   matmul op (the Llama-3-8B projections in both layouts, 3000x5000x2000, 8192^2 x K) and on the
+   projections at M = 64, in bf16 and
    fp16: cuBLAS (torch.matmul on the same tensors: a weight's transposed view is cuBLAS's TN case),
    the Hopper launcher's pick (also checked against float64), and the candidates: every tile with
    the K split the model ranks best for it, pruned where the model estimates it PRUNE x slower than
@@ -118,10 +119,15 @@ def triton(config: dict[str, Any]) -> Candidate:
 
 
 def suite_cases() -> list[Case]:
+    """The matmul op's benchmark cases, plus M = 64 (decode with a larger batch, one of the issue's
+    targets, not among the op's benchmark token counts) for each Llama projection in both layouts."""
+    from tkreg_matmul.plugin import LLAMA_NK
+
     from tkreg.loading import build_registry
 
     op = build_registry().op("matmul")
-    return [Case(c["M"], c["N"], c["K"], LAYOUT_OF_VARIANT[c.variant]) for c in op.cases_in("bench")]
+    cases = [Case(c["M"], c["N"], c["K"], LAYOUT_OF_VARIANT[c.variant]) for c in op.cases_in("bench")]
+    return cases + [Case(64, n, k, layout) for n, k in LLAMA_NK for layout in ("kn", "nk")]
 
 
 def hopper_pick(case: Case) -> tuple[HopperConfig, str]:

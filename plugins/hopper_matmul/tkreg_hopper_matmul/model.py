@@ -100,7 +100,8 @@ def candidates(tiles: tuple[HopperConfig, ...], K: int) -> list[HopperConfig]:
 
 def ranked(M: int, N: int, K: int, tiles: tuple[HopperConfig, ...], num_sms: int) -> list[tuple[Estimate, HopperConfig]]:
     """Every candidate, fastest estimate first; among equal estimates (DRAM-bound ones), the one
-    whose SMs have the most slack, then the order of ``tiles``, fewer splits first."""
+    whose SMs have the most slack, then the one computing fewer padding rows past M, then the order
+    of ``tiles``, fewer splits first."""
     scored = [(estimate(M, N, K, c, num_sms), i, c) for i, c in enumerate(candidates(tiles, K))]
-    scored.sort(key=lambda s: (round(s[0].seconds, 9), s[0].program_seconds, s[1]))
+    scored.sort(key=lambda s: (round(s[0].seconds, 9), s[0].program_seconds, -(-M // s[2].BLOCK_M) * s[2].BLOCK_M - M, s[1]))
     return [(e, c) for e, _, c in scored]

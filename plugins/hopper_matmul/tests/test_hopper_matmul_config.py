@@ -173,3 +173,9 @@ def test_choice_far_from_every_entry_is_the_models():
 def test_explain_choice_is_one_line():
     line = choice.explain_choice(16, 4096, 4096, "nk", H100_SMS)
     assert "\n" not in line and "split-K" in line and ("model:" in line or "measured" in line)
+
+
+def test_choice_ignores_a_table_entry_the_kernel_cannot_build():
+    table = _table(Entry(4096, 4096, 4096, "kn", {"BLOCK_M": 96}, "grouped-8"))
+    pick = choice.choose_from(table, 4096, 4096, 4096, "kn", H100_SMS)
+    assert pick.why.startswith("model:") and "unusable" in pick.why and "BLOCK_M=96" in pick.why

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from tkreg_matmul.choice_table import Entry, Table, packaged_table
 
+from tkreg import InputError
+
 from .config import TILES, HopperConfig, effective_split_k
 from .model import estimate, ranked
 
@@ -59,7 +61,10 @@ def choose_from(table: Table, M: int, N: int, K: int, layout: str, num_sms: int)
     if near is None or near[1] > NEAR:
         return model_pick
     entry, distance = near
-    config = entry_config(entry)
+    try:
+        config = entry_config(entry)
+    except InputError as e:  # a table from another version of the kernel: its entry cannot be built
+        return Pick(best, MODEL_SCHEDULER, f"{model_pick.why}; the table's entry for {entry.shape} is unusable: {e}")
     scheduler = entry.scheduler or MODEL_SCHEDULER
     measured = f"measured best at {entry.shape} ({table.provenance()})"
     if distance == 0:

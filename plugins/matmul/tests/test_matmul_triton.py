@@ -129,6 +129,10 @@ def test_choose_from_a_measured_table():
     assert config == model_pick(3000, 5000, 2048, *H100) and "estimated slower" in why
     # Far from the table: the model.
     assert choose_from(table, 16, 4096, 4096, "nk", *H100) == (model_pick(16, 4096, 4096, *H100), "model")
+    # An entry with other parameters (another version of the kernel), or too big for this GPU: the model.
+    odd = Table(TABLE_KIND, (Entry(3000, 5000, 2000, "kn", {"BLOCK": 64}),))
+    assert choose_from(odd, 3000, 5000, 2000, "kn", *H100)[1].startswith("model (the table's entry")
+    assert choose_from(table, 3000, 5000, 2000, "kn", 84, 101376)[1].startswith("model (the table's entry")
 
 
 class _Meta:

@@ -117,8 +117,10 @@ def choose_from(
     estimated MODEL_MARGIN slower than the model's pick here; else the model's pick."""
     best = model_pick(M, N, K, num_sms, smem_per_block)
     near = table.nearest(M, N, K, layout)
-    if near is None or near[1] > NEAR or shared_bytes(near[0].params) > smem_per_block:
+    if near is None or near[1] > NEAR:
         return best, "model"
+    if set(near[0].params) != set(LARGE) or shared_bytes(near[0].params) > smem_per_block:
+        return best, f"model (the table's entry for {near[0].shape} does not fit this kernel or GPU)"
     entry, distance = near
     measured = f"measured best at {entry.shape} ({table.provenance()})"
     if distance == 0:

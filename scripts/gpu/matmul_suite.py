@@ -148,7 +148,9 @@ def hopper_candidates(case: Case) -> list[Candidate]:
     configs = [c for i, (s, c) in enumerate(kept) if i < 3 or s <= PRUNE * best_s]
     out = [hopper(c, MAIN_SCHEDULER) for c in configs]
     out += [hopper(c, s) for c in configs[:2] for s in SCHEDULERS if s != MAIN_SCHEDULER]
-    return out
+    # The launcher's pick as explicit parameters too, so a table entry never loses to a pruned list.
+    pick = hopper(*hopper_pick(case))
+    return out if pick in out else [*out, pick]
 
 
 def triton_pick(case: Case) -> dict[str, Any]:
@@ -158,7 +160,9 @@ def triton_pick(case: Case) -> dict[str, Any]:
 def triton_candidates(case: Case) -> list[Candidate]:
     """The model's three fastest configs (the pick is timed as well, as the launcher runs it)."""
     ranked = sorted(triton_configs.CANDIDATES, key=lambda c: triton_configs.estimate(case.M, case.N, case.K, c, H100_SMS))
-    return [triton(dict(c)) for c in ranked[:3]]
+    out = [triton(dict(c)) for c in ranked[:3]]
+    pick = triton(triton_pick(case))
+    return out if pick in out else [*out, pick]
 
 
 # -- inputs, checks, timing ------------------------------------------------------------------------
@@ -313,13 +317,17 @@ def compile_worker(tasks: list[dict[str, Any]]) -> list[str]:
     problems = []
     for task in tasks:
         candidate, (M, N, K) = task["candidate"], task["shape"]
+        what = f"{candidate.label()} {M}x{N}x{K} {task['layout']} {task['dtype']}"
         try:
             a, b = make_operands(M, N, K, task["layout"], getattr(torch, task["dtype"]), seed=0)
             out = torch.empty((M, N), device="cuda", dtype=a.dtype)
             call_for(candidate, a, b, out)()
-            torch.cuda.synchronize()
+            wait(what)
+        except Hung as e:  # this process's GPU context is stuck: stop here, the main process aborts
+            problems.append(f"HUNG {e}")
+            break
         except Exception as e:  # reported by the main process; the timing then skips the variant
-            problems.append(f"{candidate.label()} {task['layout']} {task['dtype']}: {type(e).__name__}: {e}")
+            problems.append(f"{what}: {type(e).__name__}: {e}")
     return problems
 
 
@@ -330,11 +338,15 @@ def precompile(run: Run, cases: list[Case], workers: int) -> None:
     tasks = compile_tasks(cases)
     chunks = [tasks[i::workers] for i in range(workers)]
     print(f"{len(tasks)} variants on {workers} workers", flush=True)
+    hung = []
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for problems in pool.map(compile_worker, chunks):
             for p in problems:
                 print(f"compile problem: {p}", flush=True)
                 run.errors.append({"what": "compile", "error": p})
+                hung += [p] if p.startswith("HUNG") else []
+    if hung:
+        raise Hung(f"{len(hung)} variant(s) hung while compiling: {hung[0]}")
 
 
 def correctness(run: Run) -> None:
@@ -485,15 +497,16 @@ def report(run: Run, cases: list[Case]) -> dict[str, Any]:
             gap = pick["ms"] / best["ms"] - 1
             summary["ratios"].setdefault(dtype, []).append(pick["vs_cublas"])
             pick_label = hopper(*hopper_pick(case)).label()
+            best_label = pick_label + " (the pick)" if best["pick"] else best["config"]
             tri_text = f"{tri['tflops']:6.0f} ({tri['vs_cublas']:.2f})" if tri else f"{'-':>13s}"
             print(f"{case.M:>6d}x{case.N:>6d}x{case.K:>6d} {case.layout:3s} {SHORT[dtype]:5s} {peer[0]['tflops']:7.0f} "
                   f"{pick['tflops']:6.0f} ({pick['vs_cublas']:.2f}) {best['tflops']:6.0f} ({best['vs_cublas']:.2f}) "
-                  f"{gap * 100:8.1f}%  {tri_text}  {pick_label}; {best['config']}")  # fmt: skip
+                  f"{gap * 100:8.1f}%  {tri_text}  {pick_label}; {best_label}")  # fmt: skip
             goal = GOAL_LARGE if case.M >= 256 else GOAL_SMALL
             if pick["vs_cublas"] < goal:
                 summary["misses"].append(f"{case.label} {dtype}: pick {pick['vs_cublas']:.2f}x cuBLAS < {goal}")
             if gap > GOAL_PICK:
-                summary["misses"].append(f"{case.label} {dtype}: pick {gap * 100:.1f}% slower than {best['config']}")
+                summary["misses"].append(f"{case.label} {dtype}: pick {gap * 100:.1f}% slower than {best_label}")
             if pick.get("ok") is False:
                 summary["misses"].append(f"{case.label} {dtype}: the pick's output is WRONG ({pick['detail']})")
     every = [v for values in summary["ratios"].values() for v in values]

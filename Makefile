@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 # run (Triton interpreter and compile checks without a GPU; correctness and benchmarks on every
 # GPU with one). tkreg's runner processes spread the items over the cores and GPUs (no xdist:
 # pytest-benchmark switches itself off under xdist); each benchmark result is appended to
-# out/bench-<time>.jsonl as it finishes, and the whole run's JSON goes to out/bench-<time>.json.
+# out/bench-<time>.jsonl as it finishes, the whole run's JSON goes to out/bench-<time>.json and
+# its report (plots and report.md) to out/report-<time>/.
 RUN_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
 run: $(INSTALL)
 	$(BIN)/tkreg doctor
@@ -37,7 +38,8 @@ run: $(INSTALL)
 	mkdir -p out
 	$(BIN)/python -m pytest --tkreg -m tkreg -p no:cacheprovider \
 		$$($(BIN)/python -c "from tkreg.platform import current; print('--tkreg-bench' if current().is_gpu else '')") \
-		--tkreg-bench-jsonl=out/bench-$(RUN_STAMP).jsonl --benchmark-json=out/bench-$(RUN_STAMP).json $(ARGS)
+		--tkreg-bench-jsonl=out/bench-$(RUN_STAMP).jsonl --benchmark-json=out/bench-$(RUN_STAMP).json \
+		--tkreg-report=out/report-$(RUN_STAMP) $(ARGS)
 
 # The test suite: lint, the core and plugin tests, and every generated tkreg item.
 test: $(INSTALL)

@@ -243,6 +243,7 @@ class RunnerPool:
             self._runner_gone(slot)
 
     def _wait(self, timeout: float) -> None:
+        self._report_progress()  # before reading: a job that just finished is still named as running
         live = {s.runner.fd: s for s in self.slots if s.runner is not None and s.state in ("starting", "busy", "idle")}
         if live:
             readable, _, _ = select.select(list(live), [], [], timeout)
@@ -252,7 +253,6 @@ class RunnerPool:
             time.sleep(min(timeout, 0.05))
         self._enforce_deadlines()
         self._reap()
-        self._report_progress()
 
     def _read(self, slot: Slot) -> None:
         assert slot.runner is not None

@@ -37,6 +37,10 @@ MARKERS = {
     "tkreg_bench": "tkreg: device-time benchmark (GPU only), through pytest-benchmark",
 }
 DEFAULT_TIMEOUT_S = 600.0
+# Device time spent on each benchmark's measured repetitions: 20 or more repetitions of the longest
+# benchmark kernels (about 7 ms), up to 500 of the shortest; keeps `make run` on one H100 within
+# 3 minutes. The spread of the repetitions is in pytest-benchmark's statistics.
+DEFAULT_BENCH_MS = 150.0
 SLOWEST_SHOWN = 8  # jobs named in the summary with their run time
 KIND_ORDER = {"correctness": 0, "compile": 1, "peer": 2, "bench": 2}  # benchmarks last: they take a GPU alone
 
@@ -120,6 +124,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         help="runner processes for kernel jobs: per GPU, or in all without a GPU "
         "(default: 0 = from the machine: up to 8 per GPU, one per core without a GPU)",
+    )
+    group.addoption(
+        "--tkreg-bench-ms",
+        type=float,
+        default=DEFAULT_BENCH_MS,
+        metavar="MS",
+        help="device time each benchmark spends on measured repetitions (at least 20, at most 500 of "
+        f"them) (default: {DEFAULT_BENCH_MS:g})",
+    )
+    group.addoption(
+        "--tkreg-report",
+        metavar="DIR",
+        default=None,
+        help="write a benchmark report (per-op plots and report.md, as `tkreg report` does) to DIR at "
+        "the end of the run (default: not written)",
     )
     group.addoption(
         "--tkreg-in-process",
@@ -222,6 +241,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     state.workers = config.getoption("tkreg_workers")
     state.prefetch = not hasattr(config, "workerinput")  # an xdist worker runs what it is sent, one by one
     state.bench_log = config.getoption("tkreg_bench_jsonl")
+    state.bench_ms = config.getoption("tkreg_bench_ms")
     state.on_progress = _progress_writer(config)
     config.stash[session_key] = state
     selection = Selection(
@@ -373,6 +393,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if path:
             with open(path, "w") as f:
                 f.write(table + "\n")
+        report_dir = config.getoption("tkreg_report")
+        if report_dir:
+            from .report import write_report
+
+            report = write_report(state.results, report_dir)
+            terminalreporter.write_line(f"benchmark report: {report.markdown} and {len(report.plots)} plots")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

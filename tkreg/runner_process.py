@@ -249,7 +249,7 @@ def serve(settings: dict[str, Any]) -> None:
     torch.set_num_threads(int(settings.get("threads", 1)))
     if gpu:
         torch.cuda.init()  # pay for the context before the first job's clock starts
-    context = Context(registry, gpu)
+    context = Context(registry, gpu, settings.get("bench_ms"))
     write_frame(answers, ("ready", {"pid": os.getpid()}))
     while True:
         message = read_frame(requests)

@@ -44,6 +44,7 @@ class Session:
     workers: int = 0  # kernel runners per GPU (without a GPU: in all); 0 = from the machine
     prefetch: bool = True  # start jobs ahead of pytest (off in pytest-xdist workers)
     bench_log: str | None = None  # JSON lines, one per finished benchmark
+    bench_ms: float = 150.0  # device time of each benchmark's measured repetitions
     on_progress: Callable[[str], None] | None = None
     peer_ms: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     ceilings_by_gpu: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +86,7 @@ class Session:
             lookahead=lookahead,
             on_progress=self.on_progress,
             prepare=self._prepare,
-            extra={"threads": max(1, cores // len(kernel))},
+            extra={"threads": max(1, cores // len(kernel)), "bench_ms": self.bench_ms},
         )
 
     def _prepare(self, job: Job, flavor: Flavor) -> Job:
@@ -124,7 +125,7 @@ class Session:
         job = self.job(spec)
         if self.in_process:
             if self._context is None:
-                self._context = Context(self.registry, self.platform.is_gpu)
+                self._context = Context(self.registry, self.platform.is_gpu, self.bench_ms)
             return execute(job, self._context)
         device = self.bench_gpu(spec) if spec.kind in ("bench", "peer") else None
         return self.pool().result(job, device)
@@ -243,9 +244,12 @@ def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceiling
         "reps": len(data["times_ms"]),
         "bytes": cost.bytes,
         "flops": cost.flops,
-        "timing": "CUDA events around each repetition, L2 flushed and GPU held before each, queued back to back; median",
-        "host_us": data["host_us"],  # the launcher's Python work per call, outside the figure
+        "wall_ms": data["wall_ms"],  # per call as a Python caller pays it, launcher included (do_bench's method)
+        "timing": data["timing"],
+        "host_us": data["host_us"],  # the launcher's Python work per call, outside the device time
     }
+    if data.get("capture_error"):
+        info["capture_error"] = data["capture_error"]  # why the call was timed without a CUDA graph
     if op.bound == "memory":
         rate = cost.bytes / (median_ms / 1e3)
         info.update(gbps=rate / 1e9, ceiling="device copy (read+write)", ceiling_gbps=ceilings.copy_bytes_per_s / 1e9)

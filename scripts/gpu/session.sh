@@ -8,7 +8,7 @@
 #   makerun      `make run` as the README gives it, on the installed environment (wall time)
 #   correctness  every generated correctness item (pytest --tkreg -m tkreg_correctness)
 #   bench        pytest --tkreg --tkreg-bench -m tkreg_bench (benchmark JSON)
-#   script:NAME  python scripts/gpu/NAME.py (its records go to $OUT/raw)
+#   script:NAME  python scripts/gpu/NAME.py $ARGS_NAME (its records go to $OUT/raw)
 # Usage: bash scripts/gpu/session.sh faults makerun script:matmul_suite
 # TKREG_ARGS is passed to the pytest phases; PHASE_TIMEOUT (s) bounds each phase (default 300).
 set -uo pipefail
@@ -70,7 +70,8 @@ for phase in "$@"; do
       ;;
     script:*)
       name=${phase#script:}
-      timeout "$limit" python3 "scripts/gpu/$name.py" >"$RAW/$name.log" 2>&1
+      args_var="ARGS_$name"
+      timeout "$limit" python3 "scripts/gpu/$name.py" ${!args_var:-} >"$RAW/$name.log" 2>&1
       elapsed "$name rc=$? wall=$(( $(date +%s) - t0 ))s"
       tail -30 "$RAW/$name.log"
       ;;

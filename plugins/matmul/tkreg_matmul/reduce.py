@@ -16,7 +16,10 @@ BLOCK = 1024
 NUM_WARPS = 4
 
 
-@triton.jit
+# Sizes and strides stay runtime integers: the JIT turns an integer argument equal to 1 into a
+# constant (M = 1 for a single-row input), and ``M.to(tl.int64)`` then fails to compile (H100 run
+# of 2026-11-23).
+@triton.jit(do_not_specialize=["M", "N", "SPLIT_K", "stride_om", "stride_on"])
 def splitk_reduce_kernel(ws_ptr, out_ptr, M, N, SPLIT_K, stride_om, stride_on, BLOCK: tl.constexpr):
     # Flat row-major index over (M, N): the workspace is contiguous, the output may be strided.
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

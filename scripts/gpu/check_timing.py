@@ -20,7 +20,8 @@ sampled through NVML: whether the kernel itself ran faster (CUPTI agrees with th
 events missed part of it (they disagree, or the kernel starts before the spin kernel ends), and
 whether the clock and the power-cap flag follow the hold.
 
-Checks: compute-bound tkreg within 3% of CUPTI; memory-bound (>= 100 us) within 0.5%; short
+Checks (the timer's events against CUPTI's durations of the same repetitions): compute-bound
+within 3% of CUPTI; memory-bound (>= 100 us) within 0.5%; short
 kernels within 5 us of CUPTI whatever their launcher costs (the events' own overhead is ~3 us).
 """
 
@@ -320,15 +321,19 @@ def check(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
         per.setdefault(r["workload"], []).append(r)
     results = []
     for name, group in per.items():
-        ratio = statistics.fmean(r["tkreg_over_cupti"] for r in group)
-        cupti, ours = med([r["cupti_ms"] for r in group]), med([r["tkreg_ms"] for r in group])
+        # The method's error: the timer's events against CUPTI's durations of the same repetitions.
+        # Separate series differ by the GPU's own state as well (run of 2026-11-23: the same cuBLAS
+        # kernel took 0.72 ms with gaps between kernels, under the profiler or after a hold, and
+        # 0.80 ms back to back), which the table's tkreg/CUPTI/do_bench columns show beside it.
+        ratio = statistics.fmean(r["same_reps_events_ms"] / r["same_reps_cupti_ms"] for r in group)
+        cupti, ours = med([r["same_reps_cupti_ms"] for r in group]), med([r["same_reps_events_ms"] for r in group])
         if group[0]["bound"] == "compute":
             label, ok = "compute-bound: tkreg within 3% of CUPTI", abs(ratio - 1) <= COMPUTE_TOLERANCE
         elif cupti >= SHORT_MS:
             label, ok = "memory-bound: tkreg within 0.5% of CUPTI", abs(ratio - 1) <= MEMORY_TOLERANCE
         else:
             label, ok = "short kernels: tkreg within 5 us of CUPTI", abs(ours - cupti) <= SHORT_TOLERANCE_MS
-        results.append((label, ok, f"{name}: tkreg {ours:.4f} ms, CUPTI {cupti:.4f} ms, ratio {ratio:.3f}"))
+        results.append((label, ok, f"{name}: events {ours:.4f} ms, CUPTI {cupti:.4f} ms (same repetitions), ratio {ratio:.3f}"))
     return results
 
 
@@ -363,11 +368,12 @@ def main() -> None:
     for line in findings:
         print(f"  {line}")
     print("\n" + "\n".join(summary))
-    header = ("workload", "timer", "tkreg", "CUPTI", "ratio", "do_bench", "wall", "held")
-    print("\n{:36s} {:>5s} {:>8s} {:>8s} {:>6s} {:>9s} {:>8s} {:>8s}  (ms)".format(*header))
+    header = ("workload", "timer", "tkreg", "CUPTI", "ratio", "same-reps", "do_bench", "wall", "held")
+    print("\n{:36s} {:>5s} {:>8s} {:>8s} {:>6s} {:>9s} {:>9s} {:>8s} {:>8s}  (ms)".format(*header))
     for r in rows:
+        same = r["same_reps_events_ms"] / r["same_reps_cupti_ms"]
         print(f"{r['workload'][:36]:36s} {r['timer']:>5s} {r['tkreg_ms']:8.4f} {r['cupti_ms']:8.4f} {r['tkreg_over_cupti']:6.3f} "
-              f"{r['do_bench_ms']:9.4f} {r['wall_ms']:8.4f} {r['held_ms']:8.4f}")
+              f"{same:9.3f} {r['do_bench_ms']:9.4f} {r['wall_ms']:8.4f} {r['held_ms']:8.4f}")
 
 
 def per_bound(checks: list[tuple[str, bool, str]]) -> list[str]:

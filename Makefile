@@ -9,6 +9,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(sort $(wildcard plugins/*/pyproject.toml)))
 STAMP := $(VENV)/.tkreg-installed
+# Where an environment already holds tkreg and its plugins (a GPU machine without network):
+#   make run BIN=/path/to/venv/bin INSTALL=
+INSTALL ?= $(STAMP)
 ARGS ?=
 
 .PHONY: run test install clean
@@ -23,15 +26,23 @@ $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 	touch $@
 
 # The main job: what is installed and where it runs, then every generated item this machine can
-# run (Triton interpreter and compile checks without a GPU; correctness and benchmarks with one).
-run: $(STAMP)
+# run (Triton interpreter and compile checks without a GPU; correctness and benchmarks on every
+# GPU with one). tkreg's runner processes spread the items over the cores and GPUs (no xdist:
+# pytest-benchmark switches itself off under xdist); each benchmark result is appended to
+# out/bench-<time>.jsonl as it finishes, the whole run's JSON goes to out/bench-<time>.json and
+# its report (plots and report.md) to out/report-<time>/.
+RUN_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
+run: $(INSTALL)
 	$(BIN)/tkreg doctor
 	$(BIN)/tkreg list
+	mkdir -p out
 	$(BIN)/python -m pytest --tkreg -m tkreg -p no:cacheprovider \
-		$$($(BIN)/python -c "from tkreg.platform import current; print('--tkreg-bench' if current().is_gpu else '-n auto')") $(ARGS)
+		$$($(BIN)/python -c "from tkreg.platform import current; print('--tkreg-bench' if current().is_gpu else '')") \
+		--tkreg-bench-jsonl=out/bench-$(RUN_STAMP).jsonl --benchmark-json=out/bench-$(RUN_STAMP).json \
+		--tkreg-report=out/report-$(RUN_STAMP) $(ARGS)
 
 # The test suite: lint, the core and plugin tests, and every generated tkreg item.
-test: $(STAMP)
+test: $(INSTALL)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --tkreg -n auto $(ARGS)
 

@@ -1,4 +1,5 @@
-"""The ``tkreg`` command: ``list``, ``info KERNEL``, ``doctor``. Imports neither torch nor triton."""
+"""The ``tkreg`` command: ``list``, ``info KERNEL``, ``doctor``, ``report RUN.json``. Imports neither torch
+nor triton; ``report`` imports matplotlib only when it runs."""
 
 from __future__ import annotations
 
@@ -126,6 +127,23 @@ def cmd_doctor(registry: Registry, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the report; with a baseline, name every item slower than the threshold and return 1
+    if there is one (for CI and scripts)."""
+    from .report import write_report
+
+    report = write_report(args.run, args.out, baseline=args.baseline, threshold_pct=args.threshold)
+    print(f"wrote {report.markdown} and {len(report.plots)} plot(s) in {report.directory}")
+    comparison = report.comparison
+    if comparison is None:
+        return 0
+    slower = comparison.slower
+    print(f"{len(comparison.changes)} items compared with {args.baseline}: {len(slower)} slower than {args.threshold:g}%")
+    for change in slower:
+        print(f"  SLOWER {change.pct:+.1f}%  {change.new.label}")
+    return 1 if slower else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tkreg", description="Registry of GPU kernels: what is installed and where it runs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,18 +155,28 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--capability", help="judge for this GPU capability, e.g. 9.0, or 'interpreter' (default: this machine)")
         p.add_argument("--json", action="store_true", help="machine-readable output (default: a table)")
     sub.add_parser("doctor", help="versions, device, plugins loaded and plugins that failed")
+    p_report = sub.add_parser(
+        "report", help="plots and a Markdown table from pytest-benchmark JSON; with --baseline, exit 1 if an item got slower"
+    )
+    add = p_report.add_argument
+    add("run", metavar="RUN.json", help="pytest-benchmark JSON of `pytest --tkreg --tkreg-bench` (.json or .json.gz)")
+    add("--baseline", metavar="BASE.json", help="compare with this run (default: no comparison)")
+    add("--out", default="tkreg-report", metavar="DIR", help="write report.md and the plots here (default: tkreg-report)")
+    add("--threshold", type=float, default=5.0, metavar="PCT", help="device-time growth counted as slower, % (default: 5)")
     args = parser.parse_args(argv)
-    registry = build_registry()
     try:
+        if args.command == "report":
+            return cmd_report(args)
+        registry = build_registry()
         return {"list": cmd_list, "info": cmd_info, "doctor": cmd_doctor}[args.command](registry, args)
-    except (LookupError, ValueError) as e:
-        print(f"tkreg: error: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader went away (`tkreg list | head`): stop quietly. Point stdout at /dev/null so
         # the interpreter's final flush does not fail again (the recipe in Python's signal docs).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except (LookupError, ValueError, OSError) as e:  # OSError: a results file missing or unreadable
+        print(f"tkreg: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -3,10 +3,20 @@ answer or a memory fault. Each check raises :class:`tkreg.InputError` naming the
 ``*_reasons`` forms return the reasons instead, for lookup with concrete inputs.
 
 Tensors are inspected duck-typed; nothing here imports torch at module level.
+
+Fast checks. On small inputs a launcher's checks can cost more host time than its launch (issue
+#12), so a launcher first asks a predicate of a few attribute reads that is a *sufficient*
+condition for its full checks to pass: plain ``torch.Tensor`` objects on a ``FAST_DEVICE_TYPE``
+device, a supported dtype, matching shapes, TMA-ready layouts (:func:`tma_ready`). Whatever the
+predicate does not accept goes through the full checks, which explain what is wrong; so a
+predicate may be stricter than the checks, never looser. Tests on a machine with no GPU set
+``FAST_DEVICE_TYPE = "cpu"`` to check, input by input, that a predicate never accepts what the
+full checks refuse.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -16,6 +26,8 @@ from .errors import InputError
 
 TMA_ALIGNMENT = 16  # bytes: TMA descriptors need 16-byte aligned base and non-last strides
 TENSOR_ATTRS = ("dtype", "shape", "stride", "data_ptr", "device")
+FAST_DEVICE_TYPE = "cuda"  # the device type fast checks accept (tests on a CPU set "cpu")
+_TENSOR_TYPE: Any = None
 
 
 def is_tensor(t: Any) -> bool:
@@ -99,6 +111,43 @@ def tma_inputs_reasons(*tensors: Any) -> list[str]:
     for i, t in enumerate(tensors):
         reasons.extend(tma_reasons(t, f"input {i}"))
     return reasons
+
+
+def plain_tensor_type() -> type:
+    """``torch.Tensor`` (torch imported on first use): the one type fast checks accept."""
+    global _TENSOR_TYPE
+    if _TENSOR_TYPE is None:
+        import torch
+
+        _TENSOR_TYPE = torch.Tensor
+    return _TENSOR_TYPE
+
+
+@functools.cache
+def torch_dtypes(names: tuple[str, ...]) -> frozenset[Any]:
+    """The torch dtypes named (``dtypes`` names), as a set fast checks test membership in."""
+    import torch
+
+    return frozenset(getattr(torch, name) for name in names)
+
+
+def tma_layout(t: Any, itemsize: int) -> tuple[int, tuple[int, ...]] | None:
+    """(address, strides) of ``t`` exactly when :func:`tma_reasons` finds nothing (last stride 1,
+    a 16-byte aligned base, every other stride a multiple of 16 bytes), else None; no messages
+    are built."""
+    strides = t.stride()
+    ptr = t.data_ptr()
+    if strides[-1] != 1 or ptr % TMA_ALIGNMENT:
+        return None
+    for stride in strides[:-1]:  # a loop: all() over a generator costs more for two dimensions
+        if stride * itemsize % TMA_ALIGNMENT:
+            return None
+    return ptr, strides
+
+
+def tma_ready(t: Any, itemsize: int) -> bool:
+    """True exactly when :func:`tma_reasons` finds nothing."""
+    return tma_layout(t, itemsize) is not None
 
 
 def check_output(out: Any, like_shape: Sequence[int], dtype: Any, device: Any, name: str = "out") -> None:

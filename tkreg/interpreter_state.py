@@ -7,6 +7,14 @@ never undone: after interpreted runs of add_triton, sum_row and matmul_triton,
 Gluon or Triton compile later in the same process then meets interpreter functions; in CI that
 broke the scheduler trace-probe compiles on one pytest-xdist worker. The pytest plugin wraps every
 test in :func:`language_restored` while the interpreter is active.
+
+One thing the interpreter adds must stay: the first time it runs a jitted function, its
+``FunctionRewriter`` copies the interpreter module's globals (``interpreter_semantic``, ...) into
+that function's module and caches the rewritten function, so they are never copied again. Removing
+them (as this module once did) broke every later interpreted call of ``tl.max``, ``tl.sum``,
+``tl.sort``, ... (the jitted helpers in triton.language.standard) with ``NameError: name
+'interpreter_semantic' is not defined``. Names added with exactly the interpreter's own objects
+are therefore kept; they are new names only, so no compile path ever looks them up.
 """
 
 from __future__ import annotations
@@ -36,10 +44,18 @@ def language_restored() -> Iterator[None]:
     try:
         yield
     finally:
+        rewriter_globals = _interpreter_globals()
         for target, before in saved:
             now = vars(target)
             for name, value in before.items():
                 if now.get(name, _MISSING) is not value:
                     setattr(target, name, value)
             for name in [n for n in now if n not in before]:
-                delattr(target, name)
+                if rewriter_globals.get(name, _MISSING) is not now[name]:
+                    delattr(target, name)
+
+
+def _interpreter_globals() -> dict[str, Any]:
+    """What the interpreter's FunctionRewriter copies into a jitted function's module."""
+    module = sys.modules.get("triton.runtime.interpreter")
+    return dict(vars(module)) if module is not None else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -63,16 +64,37 @@ def current() -> Platform:
     return Platform.cuda(capability, name)
 
 
-def _first_cuda_device() -> tuple[caps.Capability, str] | None:
+def _driver() -> ctypes.CDLL | None:
+    """The CUDA driver library, initialized; None where there is none (or it will not start)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
+    return cuda if cuda.cuInit(0) == 0 else None
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process sees, as the ids a child process pins one with
+    (``CUDA_VISIBLE_DEVICES=<id>``): the entries of this process's CUDA_VISIBLE_DEVICES, or
+    "0".."n-1" when it is unset. Empty without a GPU. Asks the driver, not torch."""
+    cuda = _driver()
+    count = ctypes.c_int()
+    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return []
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return [str(i) for i in range(count.value)]
+    # The driver counts the entries up to the first invalid one; those are the first `count`.
+    return [entry.strip() for entry in listed.split(",")][: count.value]
+
+
+def _first_cuda_device() -> tuple[caps.Capability, str] | None:
+    cuda = _driver()
     count, device, major, minor = (ctypes.c_int() for _ in range(4))
     name = ctypes.create_string_buffer(256)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
         return None
     if (
         cuda.cuDeviceGet(ctypes.byref(device), 0) != 0

@@ -7,9 +7,15 @@ implements tkreg hooks, and one item is generated per kernel x case x dtype x co
 (correctness), per kernel x target (compile) and, with ``--tkreg-bench``, per kernel x benchmark
 case (timed through pytest-benchmark, on a GPU).
 
+Every item's kernel work runs in a runner process (tkreg.pool, tkreg.runner_process), never in
+the pytest process: a kernel that crashes, hangs or breaks its CUDA context fails its own item,
+its runner is replaced, and the items after it run in a healthy process. Runners start jobs ahead
+of pytest, so items run in parallel (several per GPU for correctness; a benchmark alone on its
+GPU) while they report in order under their own ids.
+
 On a machine with no GPU, ``TRITON_INTERPRET=1`` is set at configure time, before any kernel
-module is imported, so interpretable kernels run under Triton's interpreter; compile items then
-run in a worker process without it (see tkreg.aot_worker).
+module is imported, so the plugins' own tests run interpretable kernels under Triton's
+interpreter; runners get the interpreter (kernel runners) or not (compile runners) by flavor.
 """
 
 from __future__ import annotations
@@ -31,6 +37,12 @@ MARKERS = {
     "tkreg_bench": "tkreg: device-time benchmark (GPU only), through pytest-benchmark",
 }
 DEFAULT_TIMEOUT_S = 600.0
+# Device time spent on each benchmark's measured repetitions: 20 or more repetitions of the longest
+# benchmark kernels (about 7 ms), up to 500 of the shortest; keeps `make run` on one H100 within
+# 3 minutes. The spread of the repetitions is in pytest-benchmark's statistics.
+DEFAULT_BENCH_MS = 150.0
+SLOWEST_SHOWN = 8  # jobs named in the summary with their run time
+KIND_ORDER = {"correctness": 0, "compile": 1, "peer": 2, "bench": 2}  # benchmarks last: they take a GPU alone
 
 
 class OpGroup(pytest.Collector):
@@ -50,8 +62,18 @@ class TkregItem(pytest.Function):
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, self.nodeid
 
+    @property
+    def id(self) -> Any:
+        """pytest >= 9 keeps a structured id beside the string nodeid. Ours is built from the
+        name alone, "[...]" included; as for a parametrized function, the bracket must be the
+        id's params, or the last-failed cache (--lf, --ff), which parses the string form back,
+        never matches the item."""
+        structured = super().id
+        return type(structured).parse(str(structured))
+
 
 session_key = pytest.StashKey[Any]()
+spec_key = pytest.StashKey[Any]()  # the ItemSpec behind a generated item
 counter_key = pytest.StashKey["OutcomeCounter"]()
 
 
@@ -94,6 +116,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds a tkreg item may run before it fails as hung (default: {DEFAULT_TIMEOUT_S:.0f})",
+    )
+    group.addoption(
+        "--tkreg-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="runner processes for kernel jobs: per GPU, or in all without a GPU "
+        "(default: 0 = from the machine: up to 8 per GPU, one per core without a GPU)",
+    )
+    group.addoption(
+        "--tkreg-bench-ms",
+        type=float,
+        default=DEFAULT_BENCH_MS,
+        metavar="MS",
+        help="device time each benchmark spends on measured repetitions (at least 20, at most 500 of "
+        f"them) (default: {DEFAULT_BENCH_MS:g})",
+    )
+    group.addoption(
+        "--tkreg-report",
+        metavar="DIR",
+        default=None,
+        help="write a benchmark report (per-op plots and report.md, as `tkreg report` does) to DIR at "
+        "the end of the run (default: not written)",
+    )
+    group.addoption(
+        "--tkreg-in-process",
+        action="store_true",
+        default=False,
+        help="run kernels in the pytest process itself, one at a time: no isolation from crashes and "
+        "hangs; for debuggers (default: off, every item's work runs in a runner process)",
+    )
+    group.addoption(
+        "--tkreg-bench-jsonl",
+        metavar="PATH",
+        default=None,
+        help="append each benchmark's result to PATH as a JSON line as soon as it finishes, so a run "
+        "stopped half way keeps what finished (default: not written)",
     )
     group.addoption(
         "--tkreg-save-asm",
@@ -178,6 +237,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         save_asm=config.getoption("tkreg_save_asm"),
         full=config.getoption("tkreg_full"),
     )
+    state.in_process = config.getoption("tkreg_in_process")
+    state.workers = config.getoption("tkreg_workers")
+    state.prefetch = not hasattr(config, "workerinput")  # an xdist worker runs what it is sent, one by one
+    state.bench_log = config.getoption("tkreg_bench_jsonl")
+    state.bench_ms = config.getoption("tkreg_bench_ms")
+    state.on_progress = _progress_writer(config)
     config.stash[session_key] = state
     selection = Selection(
         ops=_names(config.getoption("tkreg_op")),
@@ -187,7 +252,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         bench=config.getoption("tkreg_bench"),
         gpu=current().is_gpu,
     )
-    timeout = pytest.mark.timeout(config.getoption("tkreg_timeout"))
+    # In-process items need pytest-timeout's limit; runners enforce --tkreg-timeout themselves.
+    timeout = pytest.mark.timeout(config.getoption("tkreg_timeout")) if state.in_process else None
     groups: dict[str, OpGroup] = {}
 
     def group(name: str) -> OpGroup:
@@ -202,12 +268,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         )
         item.add_marker(pytest.mark.tkreg)
         items.append(item)
-    for spec in generate(registry, selection):
+    for spec in sorted(generate(registry, selection), key=lambda s: KIND_ORDER[s.kind]):
         kind = "bench" if spec.kind == "peer" else spec.kind
         clock = DeviceClock() if kind == "bench" else None
         item = TkregItem.from_parent(group(spec.group), name=spec.name_in_group, callobj=_item_callable(state, spec, clock))
+        item.stash[spec_key] = spec
         for mark in (pytest.mark.tkreg, getattr(pytest.mark, f"tkreg_{kind}"), timeout):
-            item.add_marker(mark)
+            if mark is not None:
+                item.add_marker(mark)
         if clock is not None:
             # pytest-benchmark reads its timer from this marker: device time, not host time.
             item.add_marker(pytest.mark.benchmark(timer=clock, group=f"{spec.op} {spec.case.id if spec.case else ''}"))
@@ -216,6 +284,32 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         # Report each group as collected, so pytest's counts ("collected N items") include them.
         generated = [i for i in items if i.parent is op_group]
         config.hook.pytest_collectreport(report=pytest.CollectReport(op_group.nodeid, "passed", None, generated))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Hand the runners the jobs of the items about to run (after -k, -m, --lf, ...), in order."""
+    state = session.config.stash.get(session_key, None)
+    if state is None or session.config.option.collectonly:
+        return
+    state.plan([item.stash[spec_key] for item in session.items if spec_key in item.stash])
+
+
+def _progress_writer(config: pytest.Config) -> Callable[[str], None]:
+    """Writes a line to the terminal while an item waits on its runner, past output capture."""
+
+    def write(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            return
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line)
+        else:
+            reporter.write_line(line)
+
+    return write
 
 
 def _reporter(message: str) -> Callable[[], None]:
@@ -228,17 +322,16 @@ def _reporter(message: str) -> Callable[[], None]:
 def _item_callable(state: Any, spec: Any, clock: Any) -> Callable[..., None]:
     from . import runners
 
-    item_id = spec.id
     if spec.kind == "correctness":
 
         def tkreg_correctness() -> None:
-            runners.run_correctness(state, spec, item_id)
+            runners.run_correctness(state, spec)
 
         return tkreg_correctness
     if spec.kind == "compile":
 
         def tkreg_compile() -> None:
-            runners.run_compile(state, spec, item_id)
+            runners.run_compile(state, spec)
 
         return tkreg_compile
 
@@ -286,14 +379,26 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("-", "tkreg summary")
     terminalreporter.write_line("; ".join(parts) if parts else "tkreg: no items ran")
     state = config.stash.get(session_key, None)
+    if state is not None and state.durations:
+        slowest = sorted(state.durations, reverse=True)[:SLOWEST_SHOWN]
+        terminalreporter.write_line(f"slowest jobs ({len(state.durations)} ran in runner processes):")
+        for seconds, item_id, where in slowest:
+            terminalreporter.write_line(f"  {seconds:7.2f} s  {item_id}  ({where})")
     table = bench_table(state.results) if state is not None else ""
     if table:
-        terminalreporter.write_line(f"benchmarks on {state.ceilings().device} (device time, median):")
+        devices = sorted({f"{r['device']} (GPU {r['gpu']})" for r in state.results})
+        terminalreporter.write_line(f"benchmarks on {', '.join(devices)} (device time, median):")
         terminalreporter.write_line(table)
         path = config.getoption("tkreg_bench_md")
         if path:
             with open(path, "w") as f:
                 f.write(table + "\n")
+        report_dir = config.getoption("tkreg_report")
+        if report_dir:
+            from .report import write_report
+
+            report = write_report(state.results, report_dir)
+            terminalreporter.write_line(f"benchmark report: {report.markdown} and {len(report.plots)} plots")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -1,22 +1,35 @@
-"""What each generated item does when it runs: check, compile, or time one kernel.
+"""What each generated item does in the pytest process: decide whether it can run here, hand its
+job to a runner process (tkreg.pool) and turn the outcome into the item's result.
 
-Shared state for a session (the registry, the platform, the compile worker, the device timer,
-ceilings and peer timings measured once) lives in :class:`Session`, kept in pytest's stash.
+Shared state for a session (the registry, the runner pool, ceilings and peer timings per GPU, the
+benchmark results) lives in :class:`Session`, kept in pytest's stash. The pytest process itself
+never touches a GPU: a crash, a hang or a broken CUDA context stays in a runner.
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
-from . import dtypes, harness, refs
+from . import dtypes, harness
 from .generation import ItemSpec
 from .inputs import interpreter_active
-from .platform import Platform, current
-from .registry import Registry, input_constraint_reasons, unmet_requirements
+from .jobs import Context, Job, Outcome, execute
+from .platform import Platform, current, visible_gpus
+from .pool import PoolSettings, RunnerPool, Task
+from .registry import Registry, unmet_requirements
+from .runner_process import Flavor
+
+# Runners per GPU for correctness (they mostly wait on the CPU: input generation and the float64
+# reference), and at most this many in all without a GPU.
+MAX_KERNEL_RUNNERS_PER_GPU = 8
+MAX_COMPILE_RUNNERS = 4
+LOOKAHEAD_PER_RUNNER = 3  # jobs a lane may start ahead of pytest, per runner in it
 
 
 @dataclass
@@ -27,149 +40,216 @@ class Session:
     plugin_files: list[tuple[str, str]]
     save_asm: str | None
     full: bool = False
-    _worker: Any = None
-    _timer: Any = None
-    _ceilings: Any = None
-    peer_ms: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    in_process: bool = False  # no runner processes (no isolation): for debuggers
+    workers: int = 0  # kernel runners per GPU (without a GPU: in all); 0 = from the machine
+    prefetch: bool = True  # start jobs ahead of pytest (off in pytest-xdist workers)
+    bench_log: str | None = None  # JSON lines, one per finished benchmark
+    bench_ms: float = 150.0  # device time of each benchmark's measured repetitions
+    on_progress: Callable[[str], None] | None = None
+    peer_ms: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
+    ceilings_by_gpu: dict[str, Any] = field(default_factory=dict)
     results: list[dict[str, Any]] = field(default_factory=list)
+    durations: list[tuple[float, str, str]] = field(default_factory=list)  # (seconds, item id, where) per job
+    _pool: RunnerPool | None = None
+    _context: Context | None = None
+    _bench_gpu: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     @property
     def platform(self) -> Platform:
         return current()
 
-    def worker(self) -> Any:
-        from .aot_worker import WorkerClient
+    # -- where jobs run ---------------------------------------------------------------------
+    def gpus(self) -> list[str]:
+        return visible_gpus() if self.platform.is_gpu else []
 
-        if self._worker is None:
-            self._worker = WorkerClient(self.plugin_files, self.save_asm)
-        return self._worker
+    def pool(self) -> RunnerPool:
+        if self._pool is None:
+            self._pool = RunnerPool(self._pool_settings())
+        return self._pool
 
-    def timer(self) -> Any:
-        from .timing import DeviceTimer
+    def _pool_settings(self) -> PoolSettings:
+        cores = os.cpu_count() or 1
+        gpus = self.gpus()
+        if gpus:
+            per_gpu = self.workers or max(1, min(MAX_KERNEL_RUNNERS_PER_GPU, cores // (2 * len(gpus))))
+            kernel = [Flavor(g, interpret=False) for g in gpus for _ in range(per_gpu)]
+        else:
+            count = self.workers or (cores if self.prefetch else 1)
+            kernel = [Flavor(None, interpret=True) for _ in range(count)]
+        compile_count = max(1, min(MAX_COMPILE_RUNNERS, cores // 4)) if self.prefetch else 1
+        compile_flavors = [Flavor(None, interpret=False) for _ in range(compile_count)]
+        lookahead = LOOKAHEAD_PER_RUNNER * len(kernel) if self.prefetch else 0
+        return PoolSettings(
+            kernel_flavors=kernel,
+            compile_flavors=compile_flavors,
+            plugin_files=self.plugin_files,
+            lookahead=lookahead,
+            on_progress=self.on_progress,
+            prepare=self._prepare,
+            extra={"threads": max(1, cores // len(kernel)), "bench_ms": self.bench_ms},
+        )
 
-        if self._timer is None:
-            self._timer = DeviceTimer()
-        return self._timer
+    def _prepare(self, job: Job, flavor: Flavor) -> Job:
+        """Last touches before a job is sent: a benchmark reuses the ceilings measured on its GPU."""
+        if job.exclusive and flavor.gpu in self.ceilings_by_gpu:
+            return replace(job, ceilings=self.ceilings_by_gpu[flavor.gpu])
+        return job
 
-    def ceilings(self) -> Any:
-        from .timing import measure_ceilings
+    def bench_gpu(self, spec: ItemSpec) -> str | None:
+        """Benchmarks of one (op, case, dtype) share a GPU, so ratios to the peer compare timings
+        from one device; the groups are dealt round the GPUs in run order."""
+        gpus = self.gpus()
+        if not gpus:
+            return None
+        key = (spec.op, spec.case.id if spec.case else "", spec.dtype)
+        if key not in self._bench_gpu:
+            self._bench_gpu[key] = gpus[len(self._bench_gpu) % len(gpus)]
+        return self._bench_gpu[key]
 
-        if self._ceilings is None:
-            self._ceilings = measure_ceilings(self.timer())
-        return self._ceilings
+    def job(self, spec: ItemSpec) -> Job:
+        return Job(spec.id, spec, harness.seed_for(spec.id, self.base_seed), self.deadline_s, self.save_asm)
+
+    def plan(self, specs: list[ItemSpec]) -> None:
+        """Queue the jobs of the items pytest is about to run (in run order), so runners can start
+        on them early. Items that will skip in this process get no job."""
+        if self.in_process or not self.prefetch:
+            return
+        tasks = []
+        for position, spec in enumerate(specs):
+            if skip_reason(self, spec) is None:
+                device = self.bench_gpu(spec) if spec.kind in ("bench", "peer") else None
+                tasks.append(Task(self.job(spec), position, device))
+        self.pool().plan(tasks)
+
+    def outcome(self, spec: ItemSpec) -> Outcome:
+        job = self.job(spec)
+        if self.in_process:
+            if self._context is None:
+                self._context = Context(self.registry, self.platform.is_gpu, self.bench_ms)
+            return execute(job, self._context)
+        device = self.bench_gpu(spec) if spec.kind in ("bench", "peer") else None
+        return self.pool().result(job, device)
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
+        if self._pool is not None:
+            self._pool.close()
 
 
-def _skip_unless_runnable(session: Session, spec: ItemSpec, *, gpu_only: bool = False) -> str:
-    """Skip with the requirement's reason where the kernel cannot run; return the device."""
+def skip_reason(session: Session, spec: ItemSpec) -> str | None:
+    """Why the item cannot run on this machine (None: it can)."""
     platform = session.platform
-    if gpu_only and not platform.is_gpu:
-        pytest.skip("benchmarks need a CUDA GPU; this machine has none (Triton interpreter only)")
+    if spec.kind in ("bench", "peer") and not platform.is_gpu:
+        return "benchmarks need a CUDA GPU; this machine has none (Triton interpreter only)"
+    if spec.kind == "peer":
+        return None
     kernel = session.registry.kernel(spec.name)
+    if spec.kind == "compile":
+        return None if kernel.targets else f"{kernel.name} declares no compile targets"
     reasons = unmet_requirements(kernel, platform)
     if reasons:
-        pytest.skip(f"{kernel.name}: " + "; ".join(reasons))
-    if not platform.is_gpu and not interpreter_active():
-        pytest.skip("no GPU and TRITON_INTERPRET is not set, so the interpreter is not active in this process")
-    return "cuda" if platform.is_gpu else "cpu"
+        return f"{kernel.name}: " + "; ".join(reasons)
+    if not platform.is_gpu and session.in_process and not interpreter_active():
+        return "no GPU and TRITON_INTERPRET is not set, so the interpreter is not active in this process"
+    return None
 
 
-def run_correctness(session: Session, spec: ItemSpec, item_id: str) -> None:
-    device = _skip_unless_runnable(session, spec)
-    kernel = session.registry.kernel(spec.name)
-    assert spec.case is not None
-    seed = harness.seed_for(item_id, session.base_seed)
-    result = harness.run_check(
-        session.registry, kernel, spec.case, spec.dtype, spec.config, seed=seed, device=device, deadline_s=session.deadline_s
-    )
-    if result.comparison is not None and not result.comparison.ok:
-        pytest.fail(result.comparison.report(result.context), pytrace=False)
+def describe(spec: ItemSpec, seed: int) -> str:
+    """The item in words: kernel, case, dtype, config and seed, for failure messages."""
+    parts = [f"kernel {spec.name}"]
+    if spec.case is not None:
+        parts.append(f"case {spec.case.id}")
+    if spec.arch:
+        parts.append(f"arch {spec.arch}")
+    parts += [f"dtype {spec.dtype}", f"config {spec.config or '{}'}", f"seed {seed}"]
+    return ", ".join(parts)
 
 
-def run_compile(session: Session, spec: ItemSpec, item_id: str) -> None:
-    from .aot_worker import compile_request
-
-    request = {"item": item_id, "kernel": spec.name, "arch": spec.arch, "dtype": spec.dtype, "config": spec.config}
-    if interpreter_active():
-        check = session.worker().compile(request, timeout_s=session.deadline_s)
+def _settle(session: Session, spec: ItemSpec) -> Outcome:
+    """Run the item's job and fail or skip the item unless it passed."""
+    reason = skip_reason(session, spec)
+    if reason is not None:
+        pytest.skip(reason)
+    outcome = session.outcome(spec)
+    if "seconds" in outcome.data:
+        session.durations.append((outcome.data["seconds"], spec.id, outcome.data.get("where", "")))
+    if outcome.status == "passed":
+        return outcome
+    if outcome.status == "skipped":
+        pytest.skip(outcome.message)
+    seed = harness.seed_for(spec.id, session.base_seed)
+    where = outcome.data.get("where", "")
+    if outcome.status == "failed":
+        text = outcome.message
     else:
-        from .aot import TargetCheck
+        text = f"{spec.name}[{dtypes.short(spec.dtype)}] ({describe(spec, seed)}; ran on {where}): {outcome.message}"
+    log = outcome.data.get("log", "").strip()
+    if log and outcome.status in ("crashed", "timeout", "error"):
+        text += f"\n--- the runner's log for this item ---\n{log}"
+    pytest.fail(text, pytrace=False)
 
-        check = TargetCheck(**compile_request(session.registry, request, session.save_asm)["check"])
-    if not check.ok:
-        lines = [f"{spec.name} compiled for {spec.arch} but its code lacks what the kernel relies on:"]
-        lines += [f"  PTX has no match for /{p}/" for p in check.missing_ptx]
-        lines += [f"  SASS has no match for /{p}/" for p in check.missing_sass]
-        lines.append(f"  resources: {check.resources}")
-        pytest.fail("\n".join(lines), pytrace=False)
+
+def run_correctness(session: Session, spec: ItemSpec) -> None:
+    _settle(session, spec)
+
+
+def run_compile(session: Session, spec: ItemSpec) -> None:
+    _settle(session, spec)
 
 
 def run_bench(session: Session, spec: ItemSpec, benchmark: Any, clock: Any) -> None:
-    """Time one kernel (or the op's peer) with device events; report throughput, the fraction of
-    the ceiling measured this session, and the speed-up over the peer timed the same way.
-    ``clock`` is the item's DeviceClock, which pytest-benchmark reads as its timer."""
-    registry = session.registry
-    op = registry.op(spec.op)
-    assert spec.case is not None
-    if spec.kind == "bench":
-        _skip_unless_runnable(session, spec, gpu_only=True)
-    elif not session.platform.is_gpu:
-        pytest.skip("benchmarks need a CUDA GPU; this machine has none (Triton interpreter only)")
-    import torch
-
-    seed = harness.seed_for(spec.id, session.base_seed)
-    inputs = harness.make_inputs(op, spec.case, spec.dtype, seed, "cuda")
-    out = harness.poisoned_output(op, inputs)
-    if spec.kind == "peer":
-        peer = refs.resolve(op.peer)
-
-        def call() -> None:
-            peer(*inputs, out=out)
-    else:
-        kernel = registry.kernel(spec.name)
-        rejected = input_constraint_reasons(kernel, inputs, spec.config or None)
-        if rejected:
-            pytest.skip(f"{kernel.name} cannot take these inputs: " + "; ".join(rejected))
-        launcher = kernel.load()
-        params = harness.resolve_config(registry, spec.config)
-
-        def call() -> None:
-            launcher(*inputs, out=out, **params)
-
-    timer = session.timer()
-    ceilings = session.ceilings()
-    harness.wait("cuda", session.deadline_s, spec.id)
-    estimate = timer.warmup(call)
-    read = timer.queue(call, timer.reps_for(estimate))
-    harness.wait("cuda", session.deadline_s, spec.id)  # a hung kernel fails here, not in a sync
-    times_ms = read()
+    """Report one benchmark: pytest-benchmark gets the device times the runner measured (through
+    ``clock``, the item's DeviceClock), extra_info the throughput, the fraction of the ceiling
+    measured on that GPU and the speed-up over the peer timed on the same GPU."""
+    outcome = _settle(session, spec)
+    data = outcome.data
+    times_ms: list[float] = data["times_ms"]
     replay = iter(times_ms)
 
     def measured() -> None:
-        # pytest-benchmark's statistics are those of the device times just measured.
         clock.advance(next(replay))
 
     benchmark.pedantic(measured, rounds=len(times_ms), warmup_rounds=0, iterations=1)
-    torch.cuda.synchronize()
-    median_ms = statistics.median(times_ms)
+    gpu = session.bench_gpu(spec) or ""
+    ceilings = data["ceilings"]
+    session.ceilings_by_gpu.setdefault(gpu, ceilings)
+    info = bench_info(session.registry, spec, data, ceilings, gpu)
+    key = (spec.op, spec.case.id if spec.case else "", spec.dtype, gpu)
+    if spec.kind == "peer":
+        session.peer_ms[key] = info["median_ms"]
+    elif key in session.peer_ms:
+        op = session.registry.op(spec.op)
+        peer_ms = session.peer_ms[key]
+        info.update(peer=op.peer_name, peer_median_ms=peer_ms, speedup_vs_peer=peer_ms / info["median_ms"])
+    benchmark.extra_info.update(info)
+    session.results.append(info)
+    if session.bench_log:
+        with open(session.bench_log, "a") as f:  # as each finishes, so a stopped run keeps them
+            f.write(json.dumps(info) + "\n")
+
+
+def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceilings: Any, gpu: str) -> dict[str, Any]:
+    op = registry.op(spec.op)
+    assert spec.case is not None
+    median_ms = data["median_ms"]
     cost = op.cost_of(spec.case, spec.dtype)
     info: dict[str, Any] = {
         "device": ceilings.device,
+        "gpu": gpu,  # the CUDA_VISIBLE_DEVICES entry of the GPU it ran on
         "op": op.name,
         "kernel": spec.name,
         "case": spec.case.id,
         "dtype": spec.dtype,
         "config": {k: (v if not hasattr(v, "name") else v.name) for k, v in spec.config.items()},
         "median_ms": median_ms,
-        "reps": len(times_ms),
+        "reps": len(data["times_ms"]),
         "bytes": cost.bytes,
         "flops": cost.flops,
-        "timing": "CUDA events around each repetition, L2 flushed and GPU held before each, queued back to back; median",
-        "host_us": timer.host_ms * 1e3,  # the launcher's Python work per call, outside the figure
+        "wall_ms": data["wall_ms"],  # per call as a Python caller pays it, launcher included (do_bench's method)
+        "timing": data["timing"],
+        "host_us": data["host_us"],  # the launcher's Python work per call, outside the device time
     }
+    if data.get("capture_error"):
+        info["capture_error"] = data["capture_error"]  # why the call was timed without a CUDA graph
     if op.bound == "memory":
         rate = cost.bytes / (median_ms / 1e3)
         info.update(gbps=rate / 1e9, ceiling="device copy (read+write)", ceiling_gbps=ceilings.copy_bytes_per_s / 1e9)
@@ -177,13 +257,7 @@ def run_bench(session: Session, spec: ItemSpec, benchmark: Any, clock: Any) -> N
         rate = cost.flops / (median_ms / 1e3)
         info.update(tflops=rate / 1e12, ceiling="cuBLAS bf16 8192^3", ceiling_tflops=ceilings.matmul_flops_per_s / 1e12)
     info["fraction_of_ceiling"] = rate / ceilings.for_bound(op.bound)
-    key = (op.name, spec.case.id, spec.dtype)
-    if spec.kind == "peer":
-        session.peer_ms[key] = median_ms
-    elif key in session.peer_ms:
-        info.update(peer=op.peer_name, peer_median_ms=session.peer_ms[key], speedup_vs_peer=session.peer_ms[key] / median_ms)
-    benchmark.extra_info.update(info)
-    session.results.append(info)
+    return info
 
 
 def bench_table(results: list[dict[str, Any]]) -> str:

@@ -1,16 +1,28 @@
-"""Device time of GPU work, and the ceilings throughput is measured against.
+"""Device time and wall time of GPU work, and the ceilings throughput is measured against.
 
-Each repetition: the L2 cache is flushed (a buffer several times the L2 size is zeroed), the
-GPU is held for HOLD_MS (a spin kernel), then CUDA events bracket the work alone. The
-repetitions are queued back to back and read after one synchronization, as
-triton.testing.do_bench does. The hold matters for short kernels behind slow launchers: without
-it, a launcher whose Python work outlasts the flush (about 85 us on an H100) makes the GPU wait
-between the start event and the kernel, and that wait was counted as kernel time (notes/tuning.md,
-run 9: 77 us of host work per Gluon add launch). The hold is the same for every workload, so a
-kernel and its peer start from the same idle time whatever their launchers cost (a hold scaled to
-each launcher gave slow launchers a longer rest before compute-bound kernels: run 10); only a
-launcher slower than HOLD_MS / 2 gets a longer one. The figure reported is the median over the
-repetitions, after warm-up runs that keep compilation and first-launch costs out.
+Device time (:meth:`DeviceTimer.queue`, :meth:`DeviceTimer.measure`). Each repetition: the L2 cache
+is flushed (a buffer several times the L2 size is zeroed), then CUDA events bracket the work alone.
+Repetitions are queued back to back and read after one synchronization, as
+triton.testing.do_bench does, after warm-up runs that keep compilation and first-launch costs out;
+the figure is their median. The work is a CUDA graph of the call, captured once, where the call
+can be captured: replaying it costs the host a few microseconds whatever the launcher does, so the
+host stays ahead of the GPU and every workload, a kernel and its peer alike, runs under the same
+conditions: back to back, as in production loops, in do_bench and under CUPTI. Where the call
+cannot be captured, it is queued itself; if its launcher is slower than the GPU's share of a
+repetition, a hold (a spin kernel) before each batch of repetitions gives the host the head start
+it needs to queue the whole batch before the GPU reaches it, so host time never lands inside the
+events.
+
+Why not a hold before every repetition (runs 10-13): it kept the GPU almost idle for 250 us before
+each repetition, and compute-bound kernels then read 11-16% faster than do_bench and CUPTI's
+kernel durations (cuBLAS bf16 8192x8192x4096: 0.718 ms against 0.807 and 0.851). An idle GPU stays
+under its power cap and keeps its top clocks; a GPU working back to back does not.
+``scripts/gpu/check_timing.py`` measures that (SM clock, power, CUPTI durations under each
+method) and checks this timer against do_bench and CUPTI.
+
+Wall time (:meth:`DeviceTimer.queue_wall`, :meth:`DeviceTimer.wall`): the call itself, launcher
+included, L2 flushed and CUDA events around each call, calls queued back to back from Python with
+no hold: what do_bench reports. A launcher slower than the flush plus its kernel shows up in it.
 """
 
 from __future__ import annotations
@@ -31,11 +43,45 @@ MIN_REPS = 20
 MAX_REPS = 500
 COPY_CEILING_BYTES = 2 * 1024**3  # 2 GiB source, as in the peer notes
 MATMUL_CEILING_SIZE = 8192
-# The hold before each repetition, at least HOLD_FACTOR x the launcher's host time; in GPU cycles
-# at HOLD_CLOCK_HZ (at or above an H100's top SM clock, so the hold is never shorter than meant).
+# Warm-up repetitions (estimates only) are held this long, or HOLD_FACTOR x the launcher's host
+# time, so a slow launcher's host time stays out of the estimate. Holds are counted in GPU cycles
+# at HOLD_CLOCK_HZ, at or above an H100's top SM clock, so a hold is never shorter than meant.
 HOLD_MS = 0.25
 HOLD_FACTOR = 2.0
 HOLD_CLOCK_HZ = 2.0e9
+# Measured repetitions are queued in batches; a batch's hold covers the host's deficit over the
+# batch with this margin. 50 repetitions are about 200 queue entries (flush, two events, the
+# call), well within what the driver queues without blocking the host.
+BATCH_REPS = 50
+HOLD_SAFETY = 1.5
+HOLD_MARGIN_MS = 0.02
+# A captured graph that replays in less than this fraction of the call's eager time did not
+# capture the work (a launcher that launches on another stream, say): time the call instead.
+GRAPH_MIN_FRACTION = 0.5
+
+
+def batch_holds(reps: int, host_ms: float, device_ms: float, batch: int = BATCH_REPS) -> list[float]:
+    """Hold (ms) before each batch of ``reps`` repetitions that each cost the host ``host_ms`` to
+    queue and the GPU ``device_ms`` to run, so the host has queued every repetition's work before
+    the GPU reaches that repetition's start event.
+
+    The GPU reaches repetition i of a batch hold + i x device after the host starts queueing the
+    batch; the host has queued it after (i + 1) x host. So the hold must cover
+    max over i of ((i + 1) x host - i x device). A host faster than the GPU stays ahead once ahead:
+    only the first batch needs a head start, of one repetition's host time.
+    """
+    if reps <= 0:
+        return []
+    batches = math.ceil(reps / batch)
+    sizes = [min(batch, reps - b * batch) for b in range(batches)]
+
+    def needed(size: int) -> float:
+        deficit = max(host_ms, size * host_ms - (size - 1) * device_ms)
+        return HOLD_SAFETY * deficit + HOLD_MARGIN_MS
+
+    if host_ms <= device_ms:
+        return [needed(1)] + [0.0] * (batches - 1)
+    return [needed(size) for size in sizes]
 
 
 class DeviceClock:
@@ -55,30 +101,63 @@ class DeviceClock:
 
 
 class DeviceTimer:
-    def __init__(self) -> None:
+    """Times GPU work on the current CUDA device; see the module docstring for the method.
+
+    Typical use (what tkreg.runners does)::
+
+        estimate = timer.warmup(call)                  # also sets timer.host_ms
+        read = timer.queue(call, timer.reps_for(estimate))
+        ...                                            # wait for the GPU (with a deadline)
+        device_ms = statistics.median(read())
+        read_wall = timer.queue_wall(call, timer.reps_for(estimate))
+        ...
+        wall_ms = statistics.median(read_wall())
+        timer.describe()                               # how the device time was measured
+    """
+
+    def __init__(self, *, graphs: bool = True, target_ms: float = TARGET_MEASURE_MS) -> None:
         import torch
 
         self._torch = torch
         self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.graphs = graphs  # capture calls in CUDA graphs where they can be captured
+        self.target_ms = target_ms
         self.host_ms = 0.0  # the launcher's host time per call, measured in warmup()
+        self.estimate_ms = 0.0  # the call's device time as warmup() estimated it
+        self.method = ""  # how the last queue() ran the work: "graph" or "eager"
+        self.capture_error = ""  # why the last call could not be captured, if it could not
+        self.last_holds: list[float] = []  # the holds (ms) the last queue() put before its batches
+        self.flush_ms = self._time_flush()
 
     def flush(self) -> None:
         self._flush.zero_()
 
-    def hold(self) -> None:
-        """Keep the GPU busy for HOLD_MS (longer for a launcher slower than HOLD_MS / 2), so the
-        next launch is queued before the GPU reaches its start event. (torch.cuda._sleep, a spin
-        kernel, is private; where it is missing, short kernels behind slow launchers read long.)"""
-        cycles = int(max(HOLD_MS, HOLD_FACTOR * self.host_ms) * 1e-3 * HOLD_CLOCK_HZ)
+    def hold(self, ms: float) -> None:
+        """Keep the GPU busy for at least ``ms`` (torch.cuda._sleep, a spin kernel; it is private,
+        and where it is missing short kernels behind slow launchers read long)."""
+        cycles = int(ms * 1e-3 * HOLD_CLOCK_HZ)
         sleep = getattr(self._torch.cuda, "_sleep", None)
         if cycles > 0 and sleep is not None:
             sleep(cycles)
 
-    def once(self, fn: Callable[[], Any]) -> tuple[float, float]:
-        """(ms of device time, ms of host time) for one call of ``fn`` after an L2 flush."""
+    def _time_flush(self) -> float:
+        """The flush's own device time (ms): part of every repetition's time on the GPU."""
         torch = self._torch
         self.flush()
-        self.hold()
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(3)]
+        for start, end in pairs:
+            start.record()
+            self.flush()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in pairs)
+
+    def once(self, fn: Callable[[], Any]) -> tuple[float, float]:
+        """(ms of device time, ms of host time) for one held call of ``fn`` after an L2 flush: an
+        estimate for warm-up; the held GPU may run compute-bound work at a higher clock."""
+        torch = self._torch
+        self.flush()
+        self.hold(max(HOLD_MS, HOLD_FACTOR * self.host_ms))
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -91,7 +170,7 @@ class DeviceTimer:
 
     def warmup(self, fn: Callable[[], Any]) -> float:
         """Run until compilation and first-launch costs are behind us; return an estimate (ms)
-        and remember the launcher's host time for hold()."""
+        and remember the launcher's host time (``host_ms``)."""
         fn()
         self._torch.cuda.synchronize()
         times: list[float] = []
@@ -103,31 +182,134 @@ class DeviceTimer:
             self.host_ms = statistics.median(hosts)
             if len(times) >= MAX_REPS:
                 break
+        self.estimate_ms = statistics.median(times)
+        return self.estimate_ms
+
+    def reps_for(self, estimate_ms: float) -> int:
+        return max(MIN_REPS, min(MAX_REPS, math.ceil(self.target_ms / max(estimate_ms, 1e-3))))
+
+    def replayable(self, fn: Callable[[], Any]) -> tuple[Callable[[], Any], str]:
+        """(what to queue per repetition, "graph" or "eager"): a CUDA graph of ``fn`` where it can
+        be captured and the graph does the call's work, else ``fn`` itself (the reason in
+        ``capture_error``)."""
+        self.capture_error = ""
+        if not self.graphs:
+            self.capture_error = "graphs turned off"
+            return fn, "eager"
+        graph = self._capture(fn)
+        if graph is None:
+            return fn, "eager"
+        replay_ms = self._time_replay(graph.replay)
+        if self.estimate_ms and replay_ms < GRAPH_MIN_FRACTION * self.estimate_ms:
+            self.capture_error = f"the graph replayed in {replay_ms:.4f} ms against {self.estimate_ms:.4f} ms for the call"
+            return fn, "eager"
+        return graph.replay, "graph"
+
+    def _capture(self, fn: Callable[[], Any]) -> Any:
+        """A CUDA graph of one call of ``fn``, or None (the reason in ``capture_error``)."""
+        torch = self._torch
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        try:
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                fn()  # per-stream state (cuBLAS workspaces, ...) is set up before the capture
+            stream.synchronize()
+            # thread_local: another thread's CUDA calls (a watchdog polling events) do not void it
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                fn()
+        except Exception as e:  # not capturable (a sync, a host read, an allocation it may not make)
+            torch.cuda.synchronize()
+            self.capture_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            return None
+        return graph
+
+    def _time_replay(self, replay: Callable[[], Any]) -> float:
+        """One held, flushed replay's device time (ms), after two that upload the graph."""
+        torch = self._torch
+        replay()
+        replay()
+        self.flush()
+        self.hold(HOLD_MS)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def _host_per_rep(self, run: Callable[[], Any], start: Any, end: Any) -> float:
+        """Host time (ms) to queue one repetition (flush, two events, the work): median of three."""
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self.flush()
+            start.record()
+            run()
+            end.record()
+            times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
 
-    @staticmethod
-    def reps_for(estimate_ms: float) -> int:
-        return max(MIN_REPS, min(MAX_REPS, math.ceil(TARGET_MEASURE_MS / max(estimate_ms, 1e-3))))
-
     def queue(self, fn: Callable[[], Any], reps: int) -> Callable[[], list[float]]:
-        """Queue ``reps`` flushed, event-bracketed repetitions without waiting; the returned
-        function reads their device times (ms) once the GPU has finished them."""
+        """Queue ``reps`` flushed, event-bracketed repetitions of ``fn`` (replayed from a CUDA graph
+        where it can be captured) without waiting; the returned function reads their device times
+        (ms) once the GPU has finished them. Call warmup(fn) first."""
         torch = self._torch
+        run, self.method = self.replayable(fn)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for start, end in zip(starts, ends):
+        host_ms = self._host_per_rep(run, starts[0], ends[0])  # these events are recorded again below
+        self.last_holds = batch_holds(reps, host_ms, self.flush_ms + self.estimate_ms)
+        for i, (start, end) in enumerate(zip(starts, ends)):
+            if i % BATCH_REPS == 0:
+                self.hold(self.last_holds[i // BATCH_REPS])
             self.flush()
-            self.hold()
             start.record()
-            fn()
+            run()
             end.record()
-        return lambda: [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+        def read(_keep: Any = run) -> list[float]:  # _keep: the graph and its memory outlive the replays
+            return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+        return read
 
     def measure(self, fn: Callable[[], Any]) -> list[float]:
         """Per-repetition device times (ms), warm-up excluded."""
         read = self.queue(fn, self.reps_for(self.warmup(fn)))
         self._torch.cuda.synchronize()
         return read()
+
+    def queue_wall(self, fn: Callable[[], Any], reps: int) -> Callable[[], list[float]]:
+        """Queue ``reps`` calls of ``fn`` itself, launcher included, each after an L2 flush and
+        between CUDA events, back to back with no hold (do_bench's method); the returned function
+        reads each call's time (ms) once the GPU has finished them."""
+        torch = self._torch
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends):
+            self.flush()
+            start.record()
+            fn()
+            end.record()
+        return lambda: [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+    def wall(self, fn: Callable[[], Any], reps: int | None = None) -> list[float]:
+        """Per-call wall times (ms), launcher included; warm-up first if it has not run."""
+        if not self.estimate_ms:
+            self.warmup(fn)
+        read = self.queue_wall(fn, reps or self.reps_for(self.estimate_ms))
+        self._torch.cuda.synchronize()
+        return read()
+
+    def describe(self) -> str:
+        """How the last queue() measured device time, in words that are the same for every item
+        measured the same way (why a call could not be captured is in ``capture_error``)."""
+        common = "L2 flushed before each repetition, CUDA events around the work, repetitions queued back to back; median"
+        if self.method == "graph":
+            return f"CUDA graph of the call, captured once and replayed; {common}"
+        return (f"the call itself (not captured in a CUDA graph); {common}; before each batch of {BATCH_REPS}, "
+                "a hold as long as the launcher's host time needs")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """TMA tensor descriptors for Gluon kernels: built only after the input passes the checks TMA
-needs (so a misaligned tensor gets a clear error, not a fault), and described as a signature
-string for ahead-of-time compiles. Imports triton; launcher and aot modules use it."""
+needs (so a misaligned tensor gets a clear error, not a fault), kept in a bounded cache so a
+repeated launch neither checks nor encodes them again, and described as a signature string for
+ahead-of-time compiles. Imports triton; launcher and aot modules use it."""
 
 from __future__ import annotations
 
@@ -49,15 +50,42 @@ def shared_layout(block_shape: Sequence[int], dtype: Any) -> Any:
     return gl.NVMMASharedLayout.get_default_for(list(block_shape), gl_dtype(dtype))
 
 
+# Descriptors kept, oldest dropped first: a few per (tensor, block) a workload launches on. Each
+# holds no tensor (tkreg.fastlaunch.TensorAddress), only its address, and the CUtensorMaps made
+# for it (128 bytes each).
+DESCRIPTOR_CACHE_SIZE = 512
+_DESCRIPTORS: dict[tuple[Any, ...], Any] = {}
+
+
 def descriptor(t: Any, block_shape: Sequence[int], name: str, layout: Any = None, *, checked: bool = False) -> Any:
-    """A TensorDescriptor over ``t`` after checking TMA's alignment rules (InputError if not;
-    ``checked``: the caller has just checked them)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    """A descriptor of ``t`` in ``block_shape`` boxes (a tkreg.fastlaunch.FrozenDescriptor, which
+    is a Gluon TensorDescriptor) with ``layout`` (default: :func:`shared_layout`), after checking
+    TMA's alignment rules (InputError if not; ``checked``: the caller has just checked them).
+
+    Cached by what the descriptor encodes: address, shape, strides, dtype, block and layout. A
+    cached one passed these checks when it was made, and every check is a function of that key,
+    so a hit skips them. The layout enters the key by identity (its hash costs more than the rest
+    of the key): the cached descriptor holds the layout, so its id cannot be reused meanwhile,
+    and a hit is confirmed with ``is``; equal layouts made anew per call are correct, not cached.
+    """
+    block = tuple(block_shape)
+    key = (t.data_ptr(), t.shape, t.stride(), t.dtype, block, None if layout is None else id(layout))
+    found = _DESCRIPTORS.get(key)
+    if found is not None and (layout is None or found.layout is layout):
+        return found
+    from .fastlaunch import FrozenDescriptor
 
     if not checked:
         fail_if(tma_reasons(t, name))
-    layout = layout if layout is not None else shared_layout(block_shape, t.dtype)
-    return TensorDescriptor.from_tensor(t, list(block_shape), layout)
+    made = FrozenDescriptor.of(t, block, layout if layout is not None else shared_layout(block, t.dtype))
+    if len(_DESCRIPTORS) >= DESCRIPTOR_CACHE_SIZE:
+        del _DESCRIPTORS[next(iter(_DESCRIPTORS))]
+    _DESCRIPTORS[key] = made
+    return made
+
+
+def clear_descriptor_cache() -> None:
+    _DESCRIPTORS.clear()
 
 
 def descriptor_signature(dtype: str, block_shape: Sequence[int], layout: Any = None) -> str:

@@ -69,7 +69,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 TRITON_GRID = ({"BLOCK": 1024, "num_warps": 4}, {"BLOCK": 2048, "num_warps": 4}, {"BLOCK": 4096, "num_warps": 8},
                {"BLOCK": 8192, "num_warps": 8})
 # Runs 2-3 (persistent kernels) landed at 0.93-0.96x torch.add at 32768^2; runs 7-9
-# (scripts/gpu/add_probe.py) found the tile schedule responsible. The grids bracket run 9's choice.
+# (a one-off probe, findings in notes/tuning.md) found the tile schedule responsible. The grids bracket run 9's choice.
 _TMA_KEYS = ("XBLOCK", "YBLOCK", "num_buffers", "num_store_buffers", "num_warps", "tiles_per_program", "swizzle")
 TMA_GRID = tuple(
     dict(zip(_TMA_KEYS, v))

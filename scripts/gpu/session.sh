@@ -1,51 +1,82 @@
 #!/usr/bin/env bash
-# One device call: install tkreg and every plugin offline, then run the phases asked for, each
-# with its own time limit, logging everything under $OUT. Phases:
-#   correctness  every generated correctness item (pytest --tkreg), scheduler order trace
-#   sweeps       the tuning sweeps in scripts/gpu/*_sweep.py
-#   bench        pytest --tkreg --tkreg-bench (benchmark record) and the timing cross-check
-# Usage: bash scripts/gpu/session.sh correctness sweeps bench
-# TKREG_ARGS (e.g. --tkreg-op=add) is passed to every pytest run; SWEEPS overrides the sweep scripts.
+# One device call: install tkreg and every plugin offline, run the phases asked for (each with its
+# own time limit), and pack every log and JSON into $OUT/logs.tgz (the device tool returns at most
+# 8 files). A short summary of each phase is printed as it ends. Phases:
+#   faults       the fault plugin (tests/fault_plugin) beside every add kernel:
+#                pytest --tkreg --tkreg-op=add -m tkreg_correctness --tkreg-timeout=$FAULT_TIMEOUT;
+#                exactly the faulty kernels' items must fail; wall time; no runner left behind
+#   makerun      `make run` as the README gives it, on the installed environment (wall time)
+#   correctness  every generated correctness item (pytest --tkreg -m tkreg_correctness)
+#   bench        pytest --tkreg --tkreg-bench -m tkreg_bench (benchmark JSON)
+#   script:NAME  python scripts/gpu/NAME.py $ARGS_NAME (its records go to $OUT/raw)
+# Usage: bash scripts/gpu/session.sh faults makerun script:matmul_suite
+# TKREG_ARGS is passed to the pytest phases; PHASE_TIMEOUT (s) bounds each phase (default 300).
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+DEST=${OUT:-$PWD/out}
+RAW=$DEST/raw
+mkdir -p "$RAW"
+export PYTHONUNBUFFERED=1 OUT=$RAW  # scripts write their records under raw/
 start=$(date +%s)
 elapsed() { echo "[$(( $(date +%s) - start ))s] $*"; }
+limit=${PHASE_TIMEOUT:-300}
 
 pip_args=(-q --no-deps --no-build-isolation -e .)
 for d in plugins/*/; do pip_args+=(-e "$d"); done
-python3 -m pip install "${pip_args[@]}" >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+python3 -m pip install "${pip_args[@]}" >"$RAW/install.log" 2>&1 || { cat "$RAW/install.log"; exit 1; }
 elapsed "installed"
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv; date -u; tkreg doctor; tkreg list; } >"$OUT/env.log" 2>&1
-tail -n +1 "$OUT/env.log" | head -40
+{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv; date -u; nproc;
+  python3 -c "import torch, triton, pytest; print('torch', torch.__version__, 'triton', triton.__version__, 'pytest', pytest.__version__)";
+  tkreg doctor; } >"$RAW/env.log" 2>&1
+head -12 "$RAW/env.log"
+
+runners_left() { pgrep -f "tkreg.runner_process" | wc -l; }
 
 for phase in "$@"; do
+  t0=$(date +%s)
   case "$phase" in
-    correctness)
-      timeout 330 python3 -m pytest --tkreg -m "tkreg_correctness" -p no:cacheprovider -q -n 8 ${TKREG_ARGS:-} \
-        --junitxml="$OUT/correctness.xml" >"$OUT/correctness.log" 2>&1
-      elapsed "correctness rc=$?"; grep -E "passed|failed|tkreg summary" -A2 "$OUT/correctness.log" | tail -5
-      grep -E "^FAILED|^ERROR" "$OUT/correctness.log" | head -30
-      timeout 60 python3 -m pytest -q -p no:cacheprovider plugins/*/tests/*gpu*.py >"$OUT/gpu_tests.log" 2>&1
-      elapsed "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
+    faults)
+      python3 -m pip install -q --no-deps --no-build-isolation -e tests/fault_plugin >>"$RAW/install.log" 2>&1
+      timeout "$limit" python3 -m pytest --tkreg --tkreg-op=add -m tkreg_correctness -p no:cacheprovider -rf \
+        --tkreg-timeout="${FAULT_TIMEOUT:-10}" --junitxml="$RAW/faults.xml" ${TKREG_ARGS:-} >"$RAW/faults.log" 2>&1
+      rc=$?
+      elapsed "faults rc=$rc wall=$(( $(date +%s) - t0 ))s runners left: $(runners_left)"
+      grep -E "^(FAILED|ERROR)" "$RAW/faults.log" | sed -E 's/\[.*//' | sort | uniq -c
+      tail -2 "$RAW/faults.log"
+      python3 -m pip uninstall -q -y tkreg-fault-plugin >>"$RAW/install.log" 2>&1
       ;;
-    sweeps)
-      for s in ${SWEEPS:-scripts/gpu/*_sweep.py scripts/gpu/*_check.py}; do
-        [ -f "$s" ] || continue
-        name=$(basename "$s" .py)
-        timeout 200 python3 "$s" >"$OUT/$name.log" 2>&1
-        elapsed "$name rc=$?"; tail -25 "$OUT/$name.log"
-      done
+    makerun)
+      timeout "$limit" make run BIN="$(dirname "$(command -v python3)")" INSTALL= \
+        ARGS="--junitxml=$RAW/makerun.xml ${TKREG_ARGS:-}" >"$RAW/makerun.log" 2>&1
+      rc=$?
+      elapsed "make run rc=$rc wall=$(( $(date +%s) - t0 ))s runners left: $(runners_left)"
+      cp out/bench-*.json out/bench-*.jsonl "$RAW/" 2>/dev/null
+      grep -E "^(FAILED|ERROR)" "$RAW/makerun.log" | head -20
+      grep -A12 "tkreg summary" "$RAW/makerun.log" | head -14
+      tail -1 "$RAW/makerun.log"
+      ;;
+    correctness)
+      timeout "$limit" python3 -m pytest --tkreg -m tkreg_correctness -p no:cacheprovider -q ${TKREG_ARGS:-} \
+        --junitxml="$RAW/correctness.xml" >"$RAW/correctness.log" 2>&1
+      elapsed "correctness rc=$? wall=$(( $(date +%s) - t0 ))s"
+      grep -E "^(FAILED|ERROR)" "$RAW/correctness.log" | head -30
+      grep -A10 "tkreg summary" "$RAW/correctness.log" | head -12; tail -1 "$RAW/correctness.log"
       ;;
     bench)
-      timeout 420 python3 -m pytest --tkreg --tkreg-bench -m tkreg_bench -p no:cacheprovider -q ${TKREG_ARGS:-} \
-        --benchmark-json="$OUT/bench.json" --tkreg-bench-md="$OUT/bench.md" --benchmark-columns=median,rounds \
-        >"$OUT/bench.log" 2>&1
-      elapsed "bench rc=$?"; grep -E "^FAILED|^ERROR|passed|failed" "$OUT/bench.log" | tail -10; cat "$OUT/bench.md"
-      [ -f scripts/gpu/check_timing.py ] && { timeout 60 python3 scripts/gpu/check_timing.py 2>&1 | tee "$OUT/check_timing.log" | tail -8; }
+      timeout "$limit" python3 -m pytest --tkreg --tkreg-bench -m tkreg_bench -p no:cacheprovider -q ${TKREG_ARGS:-} \
+        --benchmark-json="$RAW/bench.json" --tkreg-bench-jsonl="$RAW/bench.jsonl" --benchmark-columns=median,rounds \
+        >"$RAW/bench.log" 2>&1
+      elapsed "bench rc=$? wall=$(( $(date +%s) - t0 ))s"
+      grep -E "^(FAILED|ERROR)" "$RAW/bench.log" | head -10; tail -1 "$RAW/bench.log"
+      ;;
+    script:*)
+      name=${phase#script:}
+      args_var="ARGS_$name"
+      timeout "$limit" python3 "scripts/gpu/$name.py" ${!args_var:-} >"$RAW/$name.log" 2>&1
+      elapsed "$name rc=$? wall=$(( $(date +%s) - t0 ))s"
+      tail -30 "$RAW/$name.log"
       ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
+tar czf "$DEST/logs.tgz" -C "$DEST" raw && rm -rf "$RAW"
 elapsed "done"

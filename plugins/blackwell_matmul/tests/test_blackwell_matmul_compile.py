@@ -1,6 +1,7 @@
 """matmul_blackwell_ws on a CPU machine: every buffer count x scheduler x dtype compiles for sm_100a
-with tcgen05 and TMA in its code and fits shared and tensor memory; the epilogue hands the
-accumulator back only after all its warps have read it."""
+with tcgen05 and TMA in its code and fits shared and tensor memory, with B in either layout (the MMA's
+instruction descriptor says which); the epilogue hands the accumulator back only after all its
+warps have read it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from tkreg_blackwell_matmul.launcher import SHARED_MEMORY_BYTES, TMEM_COLUMNS
 
 from tkreg.aot import compile_and_check
+from tkreg.capability import arch
 from tkreg.loading import build_registry
+from tkreg.refs import resolve
 
 DTYPES = ("float16", "bfloat16")
 
@@ -45,6 +48,33 @@ def test_compiles_for_sm100a(registry, kernel, scheduler, buffers, dtype):
     if code.sass:
         assert "LOCAL:0" in code.resources, code.resources
         assert not re.search(r"\b(LDL|STL)\b", code.sass), "register spills to local memory"
+
+
+# PTX ISA, tcgen05 instruction descriptor for .kind::f16: bit 16 transposes B (B is N-major).
+IDESC_TRANSPOSE_B = 1 << 16
+
+
+def mma_instruction_descriptor(ptx: str) -> int:
+    """The constant instruction descriptor of the kernel's tcgen05.mma."""
+    mma = re.search(r"tcgen05\.mma\.cta_group::1\.kind::f16 \[[^]]*\], %rd\d+, %rd\d+, (%r\d+)", ptx)
+    assert mma, "no tcgen05.mma in the PTX"
+    value = re.search(rf"mov\.b32\s+{re.escape(mma.group(1))}, (\d+);", ptx)
+    assert value, f"the descriptor {mma.group(1)} is not a constant"
+    return int(value.group(1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+def test_b_is_read_in_its_stored_layout(kernel, dtype, layout):
+    """A row-major (K, N) B is N-major: the MMA transposes it. An (N, K) weight is K-major: it does not.
+    Both load B through TMA as stored (BLOCK_K x BLOCK_N or BLOCK_N x BLOCK_K blocks)."""
+    config = {**kernel.default_config, "scheduler": "grouped-8", "b_layout": layout}
+    check, code = compile_and_check(kernel, kernel.targets[0], dtype, config)
+    assert check.ok, (check.missing_ptx, check.missing_sass)
+    assert bool(mma_instruction_descriptor(code.ptx) & IDESC_TRANSPOSE_B) == (layout == "kn")
+    spec = resolve(kernel.aot)(arch("sm_100a"), dtype, config)
+    b_block = "256, 64" if layout == "nk" else "64, 256"
+    assert spec.signature["b_desc"].startswith(f"tensordesc<{'bf16' if dtype == 'bfloat16' else 'fp16'}[{b_block}]")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

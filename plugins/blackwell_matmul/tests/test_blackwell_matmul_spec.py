@@ -71,3 +71,12 @@ def test_bad_parameters_raise():
     assert config_reasons({**DEFAULTS, "SUBTILE_FACTOR": 3})
     with pytest.raises(ValueError, match="unknown parameters"):
         matmul_blackwell_ws(torch.randn(8, 8).half(), torch.randn(8, 8).half(), BLOCKM=64)
+
+
+def test_takes_a_weight_as_stored_and_refuses_what_tma_cannot_read(registry):
+    x = torch.randn(64, 4096).bfloat16()
+    w = torch.randn(1024, 4096).bfloat16()
+    assert verdict(registry, "10.0", (x, w.t())).runs
+    assert verdict(registry, "10.0", (x, torch.randn(4096, 1024).bfloat16())).runs
+    refused = verdict(registry, "10.0", (x, torch.randn(4096, 2048).bfloat16()[:, ::2]))
+    assert not refused.runs and "no dimension has stride 1" in refused.reasons[0]

@@ -1,7 +1,9 @@
 """The Gluon kernel: persistent over output tiles, three partitions talking through mbarriers.
 
 - load (1 warp): for each tile and K step, wait until a ring slot is free, TMA-load an A block
-  (BLOCK_M x BLOCK_K) and a B block (BLOCK_K x BLOCK_N) into it.
+  (BLOCK_M x BLOCK_K) and a B block into it: BLOCK_K x BLOCK_N of a row-major (K, N) B, or, with
+  B_NK, BLOCK_N x BLOCK_K of the row-major (N, K) weight W that B is the transpose of (``x @ W.t()``),
+  which the MMA reads through a permuted shared-memory view (tcgen05 takes B K-major or N-major).
 - mma (1 warp): for each tile, take a free accumulator (2 in tensor memory), issue one tcgen05 MMA
   per K step, each releasing its ring slot when done; then signal the accumulator ready.
 - epilogue (default partition, num_warps warps): wait for an accumulator, read it from tensor
@@ -51,10 +53,12 @@ class PartitionArgs:
     acc_ready_bars: gl.shared_memory_descriptor
     SUBTILE_FACTOR: gl.constexpr
     num_warps: gl.constexpr
+    B_NK: gl.constexpr
+    BLOCK_N: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, a_desc, b_desc, c_desc, a_bufs, b_bufs, load_empty_bars, load_ready_bars,
-                 acc_bufs, acc_empty_bars, acc_ready_bars, SUBTILE_FACTOR, num_warps):  # fmt: skip
+                 acc_bufs, acc_empty_bars, acc_ready_bars, SUBTILE_FACTOR, num_warps, B_NK):  # fmt: skip
         self.a_desc = a_desc
         self.b_desc = b_desc
         self.c_desc = c_desc
@@ -67,20 +71,21 @@ class PartitionArgs:
         self.acc_ready_bars = acc_ready_bars
         self.SUBTILE_FACTOR = gl.constexpr(SUBTILE_FACTOR)
         self.num_warps = gl.constexpr(num_warps)
+        self.B_NK = gl.constexpr(B_NK)
+        self.BLOCK_N = gl.constexpr(b_desc.block_type.shape[0] if B_NK else b_desc.block_type.shape[1])
 
     @gluon.jit
     def scheduler(self, SchedulerImpl: gl.constexpr):
         """This program's tiles; every partition walks the same sequence."""
         BLOCK_M: gl.constexpr = self.a_desc.block_type.shape[0]
-        BLOCK_N: gl.constexpr = self.b_desc.block_type.shape[1]
-        return SchedulerImpl.initialize(self.c_desc.shape[0], self.c_desc.shape[1], BLOCK_M, BLOCK_N)
+        return SchedulerImpl.initialize(self.c_desc.shape[0], self.c_desc.shape[1], BLOCK_M, self.BLOCK_N)
 
 
 @gluon.jit
 def load_partition(p, SchedulerImpl: gl.constexpr):
     BLOCK_M: gl.constexpr = p.a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = p.a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = p.b_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = p.BLOCK_N
     K = p.a_desc.shape[1]
     nbytes: gl.constexpr = p.a_desc.block_type.nbytes + p.b_desc.block_type.nbytes
     # Producer of the operand ring: fresh "empty" barriers count as completed, so start at phase 1.
@@ -96,7 +101,10 @@ def load_partition(p, SchedulerImpl: gl.constexpr):
             # The full box byte count even for edge blocks: TMA counts the zero-filled part too.
             mbarrier.expect(ready, nbytes)
             tma.async_copy_global_to_shared(p.a_desc, [off_m, k], ready, p.a_bufs.index(slot.index))
-            tma.async_copy_global_to_shared(p.b_desc, [k, off_n], ready, p.b_bufs.index(slot.index))
+            if p.B_NK:
+                tma.async_copy_global_to_shared(p.b_desc, [off_n, k], ready, p.b_bufs.index(slot.index))
+            else:
+                tma.async_copy_global_to_shared(p.b_desc, [k, off_n], ready, p.b_bufs.index(slot.index))
             slot = slot.next()
 
 
@@ -114,7 +122,11 @@ def mma_partition(p, SchedulerImpl: gl.constexpr):
         use_acc = False
         for _ in range(gl.cdiv(K, BLOCK_K)):  # as many steps as the load partition's range(0, K, BLOCK_K)
             mbarrier.wait(p.load_ready_bars.index(slot.index), slot.phase)
-            tcgen05_mma(p.a_bufs.index(slot.index), p.b_bufs.index(slot.index), acc, use_acc=use_acc)
+            b = p.b_bufs.index(slot.index)
+            if p.B_NK:
+                # A BLOCK_N x BLOCK_K block of W, read as its transpose.
+                b = b.permute((1, 0))
+            tcgen05_mma(p.a_bufs.index(slot.index), b, acc, use_acc=use_acc)
             # Frees the ring slot once this MMA (and every earlier one) has read it.
             tcgen05_commit(p.load_empty_bars.index(slot.index))
             slot = slot.next()
@@ -126,7 +138,7 @@ def mma_partition(p, SchedulerImpl: gl.constexpr):
 @gluon.jit
 def epilogue_partition(p, SchedulerImpl: gl.constexpr):
     BLOCK_M: gl.constexpr = p.a_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = p.b_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = p.BLOCK_N
     SPLIT_N: gl.constexpr = p.c_desc.block_type.shape[1]
     gl.static_assert(SPLIT_N * p.SUBTILE_FACTOR == BLOCK_N, "C descriptor blocks must be BLOCK_N / SUBTILE_FACTOR wide")
     dtype: gl.constexpr = p.c_desc.dtype
@@ -161,14 +173,15 @@ def epilogue_partition(p, SchedulerImpl: gl.constexpr):
 
 @gluon.jit
 def matmul_blackwell_ws_kernel(a_desc, b_desc, c_desc, SchedulerImpl: gl.constexpr, num_buffers: gl.constexpr,
-                               SUBTILE_FACTOR: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+                               SUBTILE_FACTOR: gl.constexpr, num_warps: gl.constexpr, B_NK: gl.constexpr):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1] * SUBTILE_FACTOR
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
 
     a_bufs = gl.allocate_shared_memory(dtype, [num_buffers, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [num_buffers, BLOCK_K, BLOCK_N], b_desc.layout)
+    # (List concatenation, not unpacking: Gluon's code generator has no starred expressions.)
+    b_bufs = gl.allocate_shared_memory(dtype, [num_buffers] + b_desc.block_type.shape, b_desc.layout)  # noqa: RUF005
     load_empty_bars = gl.allocate_shared_memory(gl.int64, [num_buffers, 1], mbarrier.MBarrierLayout())
     load_ready_bars = gl.allocate_shared_memory(gl.int64, [num_buffers, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(num_buffers):
@@ -184,7 +197,7 @@ def matmul_blackwell_ws_kernel(a_desc, b_desc, c_desc, SchedulerImpl: gl.constex
         mbarrier.init(acc_ready_bars.index(i), count=1)
 
     p = PartitionArgs(a_desc, b_desc, c_desc, a_bufs, b_bufs, load_empty_bars, load_ready_bars,
-                      acc_bufs, acc_empty_bars, acc_ready_bars, SUBTILE_FACTOR, num_warps)  # fmt: skip
+                      acc_bufs, acc_empty_bars, acc_ready_bars, SUBTILE_FACTOR, num_warps, B_NK)  # fmt: skip
     gl.warp_specialize(
         [
             (epilogue_partition, (p, SchedulerImpl)),

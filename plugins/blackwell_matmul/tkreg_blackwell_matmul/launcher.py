@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tkreg_matmul.gluon_common import (
+    GluonLaunch,
+    ShapeClassCache,
     descriptor_signatures,
     matmul_descriptors,
     persistent_grid,
     validate_gluon_matmul,
 )
-from tkreg_matmul.output import output_for
+from tkreg_matmul.layouts import KN, LAYOUTS, NK
+from tkreg_matmul.op import make_output
 
 from tkreg import RequirementError
 from tkreg.aot import AotSpec
@@ -35,6 +39,9 @@ TCGEN05_BLOCK_M = (64, 128)  # M of a single-CTA tcgen05 MMA
 TMEM_COLUMNS = 512  # 32-bit columns of tensor memory per SM; holds both accumulators
 NUM_ACC_BUFFERS = KERNEL_ACC_BUFFERS.value
 TMA_MIN_BOX_BYTES = 16  # a TMA box's inner dimension spans at least 16 bytes
+_launch = GluonLaunch(matmul_blackwell_ws_kernel)
+# Per shape class (inputs' dtypes, shapes, strides, devices) and parameters: the launch's fixed parts.
+_resolved = ShapeClassCache()
 SHARED_MEMORY_BYTES = 232448  # 227 KiB usable per block on sm_100 (CUDA programming guide, compute capability 10.0)
 OPERAND_BYTES = 2  # fp16 / bf16
 
@@ -81,33 +88,80 @@ def _check_device(device: Any) -> None:
         )
 
 
-def matmul_blackwell_ws(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
-    """C = A @ B on data-centre Blackwell. ``config``: BLOCK_M/N/K, num_buffers, SUBTILE_FACTOR,
-    num_warps and ``scheduler`` (a registered name or a Scheduler spec); defaults in DEFAULTS."""
-    params = _params(config)
-    validate_gluon_matmul(a, b, out)
-    _check_device(a.device)
-    out = output_for(a, b, out)
+def blocks(params: dict[str, Any], b_layout: str) -> dict[str, list[int]]:
+    """TMA block shapes: B's as stored (BLOCK_N x BLOCK_K of an (N, K) weight for ``nk``), C's one
+    epilogue slice."""
     bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
-    a_desc, b_desc, c_desc = matmul_descriptors(a, b, out, bm, bn, bk, c_block=(bm, bn // params["SUBTILE_FACTOR"]))
-    grid = persistent_grid(out.shape[0], out.shape[1], bm, bn, a.device)
-    matmul_blackwell_ws_kernel[grid](
-        a_desc, b_desc, c_desc, gluon_impl(params["scheduler"]), params["num_buffers"], params["SUBTILE_FACTOR"],
-        num_warps=params["num_warps"],
-    )  # fmt: skip
-    return out
+    return {"a": [bm, bk], "b": [bn, bk] if b_layout == NK else [bk, bn], "c": [bm, bn // params["SUBTILE_FACTOR"]]}
 
 
-def matmul_blackwell_ws_aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
-    """The compile the launcher makes for ``config`` (descriptors of ``dtype``, the same constexprs)."""
-    params = _params(config)
-    bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
-    signature = descriptor_signatures(dtype, bm, bn, bk, c_block=(bm, bn // params["SUBTILE_FACTOR"]))
-    constexprs = {
+def constexprs(params: dict[str, Any], b_layout: str) -> dict[str, Any]:
+    return {
         "SchedulerImpl": gluon_impl(params["scheduler"]),
         "num_buffers": params["num_buffers"],
         "SUBTILE_FACTOR": params["SUBTILE_FACTOR"],
         "num_warps": params["num_warps"],
+        "B_NK": b_layout == NK,
     }
-    signature |= {name: "constexpr" for name in constexprs}
-    return AotSpec(matmul_blackwell_ws_kernel, signature, constexprs, {"num_warps": params["num_warps"]})
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_params(config: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """_params for a config given as sorted items, checked once."""
+    return _params(dict(config))
+
+
+@functools.cache
+def _checked_device(index: int) -> None:
+    import torch
+
+    _check_device(torch.device("cuda", index))
+
+
+def _resolve(a: Any, b: Any, out: Any, config: tuple[tuple[str, Any], ...]) -> tuple[Any, ...]:
+    """The full checks and the launch's fixed parts, for a call whose shape class is not cached yet."""
+    params = _checked_params(config)  # parameters are checked before the inputs
+    layout = validate_gluon_matmul(a, b, out)
+    _checked_device(a.device.index if a.device.index is not None else _current_device())
+    block_shapes = blocks(params, layout)
+    values = constexprs(params, layout)
+    variant = (tuple(values.items()), tuple((k, tuple(v)) for k, v in block_shapes.items()), a.dtype)
+    grid = persistent_grid(a.shape[0], b.shape[1], params["BLOCK_M"], params["BLOCK_N"], a.device)
+    return layout, block_shapes, values, variant, grid
+
+
+def matmul_blackwell_ws(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
+    """C = A @ B on data-centre Blackwell. B is a row-major (K, N) tensor or the transposed view of a
+    row-major (N, K) weight, read as stored. ``config``: BLOCK_M/N/K, num_buffers, SUBTILE_FACTOR,
+    num_warps and ``scheduler`` (a registered name or a Scheduler spec); defaults in DEFAULTS."""
+    key = tuple(sorted(config.items()))
+    resolved = _resolved.lookup(a, b, out, key)
+    if resolved is None:
+        resolved = _resolve(a, b, out, key)
+        _resolved.store(a, b, out, key, resolved)
+    layout, block_shapes, values, variant, grid = resolved
+    if out is None:  # (a given out was checked with the inputs)
+        out = make_output(a, b)
+    # num_warps is one of the kernel's constexprs: no separate launch options.
+    _launch(grid, matmul_descriptors(a, b, out, block_shapes, layout), values, {}, variant)
+    return out
+
+
+def _current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def matmul_blackwell_ws_aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
+    """The compile the launcher makes for ``config`` (descriptors of ``dtype``, the same constexprs;
+    B's layout under "b_layout", default "kn")."""
+    config = dict(config)
+    layout = config.pop("b_layout", KN)
+    if layout not in LAYOUTS:
+        raise ValueError(f"b_layout={layout!r}; known: {', '.join(LAYOUTS)}")
+    params = _params(config)
+    signature = descriptor_signatures(dtype, blocks(params, layout))
+    values = constexprs(params, layout)
+    signature |= {name: "constexpr" for name in values}
+    return AotSpec(matmul_blackwell_ws_kernel, signature, values, {"num_warps": params["num_warps"]})

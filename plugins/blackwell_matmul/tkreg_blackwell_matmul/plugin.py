@@ -32,11 +32,18 @@ MATMUL_BLACKWELL_WS = Kernel(
     aot="tkreg_blackwell_matmul.launcher:matmul_blackwell_ws_aot",
     # Buffer counts the seed tests; 4 first: the default and what benchmarks time.
     configs=tuple({**_BASE, "num_buffers": n} for n in (4, 3, 2)),
-    bench_configs=({**_BASE, "num_buffers": 4},),
+    # The launcher's default scheduler, named so the registry does not cross it with every scheduler.
+    bench_configs=({**_BASE, "num_buffers": 4, "scheduler": "grouped-8"},),
+    # Compile items: every buffer count with B row-major, and the default reading B as an (N, K) weight.
+    compile_configs=(
+        *({**_BASE, "num_buffers": n, "b_layout": "kn"} for n in (4, 3, 2)),
+        {**_BASE, "num_buffers": 4, "b_layout": "nk"},
+    ),
     takes_scheduler=True,
     priority=20,
     description="persistent warp-specialized tcgen05 matmul (TMA load warp, MMA warp, subtiled epilogue, "
-    "double-buffered TMEM accumulator); never run: no Blackwell GPU was available",
+    "double-buffered TMEM accumulator), B as (K, N) or as an (N, K) weight read as stored; "
+    "never run: no Blackwell GPU was available",
 )
 
 

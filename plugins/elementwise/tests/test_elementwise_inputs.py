@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -39,3 +40,43 @@ def test_heuristic_uses_smaller_blocks_for_small_inputs():
 @pytest.mark.parametrize(("block", "n", "expect"), [(4096, 136, (32, 128)), (4096, 1, (4096, 1)), (1024, 33, (16, 64))])
 def test_strided_tile_is_as_wide_as_the_rows_allow(block, n, expect):
     assert tile_shape(block, n) == expect
+
+
+def _candidate_tensors() -> list[object]:
+    """Inputs good and bad in every way the add checks look at (CPU tensors: the fast checks are
+    pointed at the CPU below)."""
+    f = torch.randn
+    return [
+        f(4, 8), f(4, 8), f(4, 8).half(), f(4, 8).bfloat16(), f(4, 8).double(), torch.ones(4, 8, dtype=torch.int32),
+        f(8), f(2, 4, 8), f(0, 8), f(8, 4).t(), f(4, 12)[:, 1:9], f(4, 12)[:, :8], f(8, 8)[::2], f(4, 16)[:, ::2],
+        torch.nn.Parameter(f(4, 8)), [[1.0]],
+    ]
+
+
+@pytest.mark.parametrize("tma", [False, True], ids=["portable", "tma"])
+def test_fast_checks_never_accept_what_the_full_checks_refuse(monkeypatch, tma):
+    """plainly_valid is a sufficient condition for the full checks: over every (a, b, out) of the
+    candidates, whatever it accepts, the full checks accept too; and it does accept good inputs."""
+    from tkreg_elementwise import add_checks
+
+    from tkreg import inputs
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(inputs, "FAST_DEVICE_TYPE", "cpu")
+    pool = _candidate_tensors()
+    accepted = 0
+    for a, b, out in itertools.product(pool, pool, [None, *pool]):
+        if not add_checks.plainly_valid(a, b, out, tma=tma):
+            continue
+        accepted += 1
+        with monkeypatch.context() as full:
+            full.setattr(add_checks, "plainly_valid", lambda *args, **kw: False)
+            add_checks.checked_output(a, b, out, interpretable=True, tma=tma)  # raises if refused
+    assert accepted >= (60 if tma else 300)
+
+
+def test_fast_checks_take_only_plain_tensors_on_the_fast_device():
+    from tkreg_elementwise.add_checks import plainly_valid
+
+    a = torch.randn(4, 8)
+    assert not plainly_valid(a, a, None, tma=False)  # CPU: the full checks decide (interpreter or not)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import triton
 import triton.language as tl
 
-from tkreg import dtypes
 from tkreg.aot import AotSpec
-from tkreg.inputs import interpreter_active
+from tkreg.fastlaunch import Launcher, is_compiled
 from tkreg.tma import TRITON_TYPE
 
 from .add_checks import checked_output
@@ -110,26 +110,52 @@ def choose_config(numel: int) -> dict[str, int]:
 
 
 def tile_shape(block: int, n: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) of the strided path: as wide as the rows allow, up to MAX_TILE_COLS."""
-    cols = min(triton.next_power_of_2(n), MAX_TILE_COLS, block)
+    """(BLOCK_M, BLOCK_N) of the strided path: as wide as the rows allow, up to MAX_TILE_COLS.
+    Integer arithmetic: triton.next_power_of_2 and triton.cdiv cost microseconds per host call."""
+    cols = min(1 << (n - 1).bit_length(), MAX_TILE_COLS, block)
     return block // cols, cols
+
+
+# Launchers (tkreg.fastlaunch) per path and (blocks, num_warps, BF16_BY_HAND): a handful per
+# process. Keyed by plain values: hashing a JITFunction hashes its source.
+_CONTIGUOUS: dict[tuple[int, int, bool], Launcher] = {}
+_STRIDED: dict[tuple[int, int, int, bool], Launcher] = {}
+
+
+def _contiguous_launcher(block: int, warps: int, by_hand: bool) -> Launcher:
+    launch = _CONTIGUOUS.get((block, warps, by_hand))
+    if launch is None:
+        launch = Launcher(add_contiguous_kernel, BLOCK=block, BF16_BY_HAND=by_hand, num_warps=warps)
+        _CONTIGUOUS[block, warps, by_hand] = launch
+    return launch
+
+
+def _strided_launcher(block_m: int, block_n: int, warps: int, by_hand: bool) -> Launcher:
+    launch = _STRIDED.get((block_m, block_n, warps, by_hand))
+    if launch is None:
+        launch = Launcher(add_strided_kernel, BLOCK_M=block_m, BLOCK_N=block_n, BF16_BY_HAND=by_hand, num_warps=warps)
+        _STRIDED[block_m, block_n, warps, by_hand] = launch
+    return launch
 
 
 def add_triton(a: Any, b: Any, out: Any = None, *, BLOCK: int | None = None, num_warps: int | None = None) -> Any:
     """out = a + b for 2-D float32/float16/bfloat16 tensors of one shape, any strides."""
     out = checked_output(a, b, out, interpretable=True)
-    config = {**choose_config(a.numel()), **{k: v for k, v in (("BLOCK", BLOCK), ("num_warps", num_warps)) if v is not None}}
-    block, warps = _checked_config(config)
-    by_hand = interpreter_active() and dtypes.name_of(a.dtype) == "bfloat16"
+    numel = a.numel()
+    if BLOCK is None and num_warps is None:
+        block, warps = DEFAULT_SMALL if numel < SMALL_NUMEL else DEFAULT_LARGE
+    else:
+        config = {**choose_config(numel), **{k: v for k, v in (("BLOCK", BLOCK), ("num_warps", num_warps)) if v is not None}}
+        block, warps = _checked_config(config)
+    # Only an interpreted kernel needs bfloat16 rounded by hand (module docstring).
+    by_hand = a.dtype is torch.bfloat16 and not is_compiled(add_contiguous_kernel)
     if a.is_contiguous() and b.is_contiguous() and out.is_contiguous():
-        numel = a.numel()
-        add_contiguous_kernel[(triton.cdiv(numel, block),)](a, b, out, numel, BLOCK=block, BF16_BY_HAND=by_hand, num_warps=warps)
+        _contiguous_launcher(block, warps, by_hand)(((numel + block - 1) // block,), a, b, out, numel)
         return out
     m, n = a.shape
     block_m, block_n = tile_shape(block, n)
-    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
-    strides = (*a.stride(), *b.stride(), *out.stride())
-    add_strided_kernel[grid](a, b, out, m, n, *strides, BLOCK_M=block_m, BLOCK_N=block_n, BF16_BY_HAND=by_hand, num_warps=warps)
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    _strided_launcher(block_m, block_n, warps, by_hand)(grid, a, b, out, m, n, *a.stride(), *b.stride(), *out.stride())
     return out
 
 
@@ -140,6 +166,11 @@ def _checked_config(config: dict[str, int]) -> tuple[int, int]:
     if warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"add_triton: num_warps must be a power of two up to 32, got {warps!r}")
     return block, warps
+
+
+# (BLOCK, num_warps) when the caller gives neither, checked once.
+DEFAULT_SMALL = _checked_config(SMALL_CONFIG)
+DEFAULT_LARGE = _checked_config(LARGE_CONFIG)
 
 
 def aot(arch: Any, dtype: str, config: dict[str, Any]) -> AotSpec:

@@ -1,11 +1,14 @@
-"""Every config x registered scheduler x dtype compiles for sm_90a (no GPU needed), and the code is
-what the design needs: the widest wgmma for the tile, TMA loads and stores, the register split
-between producer and consumers, no spills, shared memory within an H100 block's limit."""
+"""Every registered config compiles for sm_90a (no GPU needed), and the code is what the design
+needs: the widest wgmma for the tile, B read in the layout it is stored in (wgmma's transpose bit set
+for a row-major (K, N) B, clear for an (N, K) weight), TMA loads and stores (3-D into the split-K
+workspace), the register split between producer and consumers, no spills, shared memory within an
+H100 block's limit. The generated compile items check every config in both layouts against the
+kernel's declared patterns; these tests check the rest, each config once (layout, scheduler and
+dtype taken in turn)."""
 
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 
 import pytest
@@ -20,6 +23,7 @@ from tkreg.refs import resolve
 
 SM90A = arch("sm_90a")
 DTYPES = ("float16", "bfloat16")
+LAYOUTS = ("kn", "nk")
 
 
 @functools.cache
@@ -31,44 +35,43 @@ def test_the_schedulers_plugin_is_loaded():
     assert {"persistent", "grouped-1", "grouped-8"} <= set(schedulers())
 
 
-def spec_for(config: dict, scheduler: str, dtype: str) -> AotSpec:
-    return resolve(KERNEL.aot)(SM90A, dtype, {**config, "scheduler": build_registry().scheduler(scheduler)})
+def spec_for(config: dict, scheduler: str, dtype: str, layout: str) -> AotSpec:
+    return resolve(KERNEL.aot)(SM90A, dtype, {**config, "scheduler": build_registry().scheduler(scheduler), "b_layout": layout})
 
 
 @functools.cache
-def compiled(index: int, scheduler: str, dtype: str) -> tuple[CompiledCode, int]:
-    """SASS/PTX of one compile and its shared memory in bytes (from triton's metadata)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    spec = spec_for(KERNEL.configs[index], scheduler, dtype)
-    code = compile_spec(spec, "sm_90a")
-    # The same compile again is a triton cache hit; it gives the metadata compile_spec drops.
-    source = GluonASTSource(spec.fn, spec.signature, spec.constexprs, {})
-    shared = triton.compile(source, target=GPUTarget("cuda", SM90A.compile_capability, 32), options=spec.options).metadata.shared
-    return code, shared
+def compiled(index: int, scheduler: str, dtype: str, layout: str) -> CompiledCode:
+    return compile_spec(spec_for(KERNEL.configs[index], scheduler, dtype, layout), "sm_90a")
 
 
-# Every listed config with every registered scheduler (a new scheduler plugin is covered too).
-CASES = list(itertools.product(range(len(KERNEL.configs)), schedulers(), DTYPES))
+def in_turn(index: int) -> tuple[int, str, str, str]:
+    return index, schedulers()[index % len(schedulers())], DTYPES[index % 2], LAYOUTS[(index // 2) % 2]
 
 
-def case_id(case: tuple[int, str, str]) -> str:
-    index, scheduler, dtype = case
+CASES = [in_turn(i) for i in range(len(KERNEL.configs))]
+
+
+def case_id(case: tuple[int, str, str, str]) -> str:
+    index, scheduler, dtype, layout = case
     c = HopperConfig.from_params(KERNEL.configs[index])
     kind = "pp" if c.PINGPONG else "coop"
-    return f"{c.BLOCK_M}x{c.BLOCK_N}x{c.BLOCK_K}-s{c.NUM_STAGES}-c{c.CONSUMERS}-{kind}-e{c.EPILOGUE_SPLIT}-{scheduler}-{dtype}"
+    split = f"-k{c.SPLIT_K}" if c.SPLIT_K > 1 else ""
+    tile = f"{c.BLOCK_M}x{c.BLOCK_N}x{c.BLOCK_K}-s{c.NUM_STAGES}-c{c.CONSUMERS}-{kind}-e{c.EPILOGUE_SPLIT}{split}"
+    return f"{tile}-{scheduler}-{dtype}-{layout}"
 
 
 needs_cuobjdump = pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump (shipped with triton) not found")
 
 
+def hgmma_lines(code: CompiledCode) -> list[str]:
+    return [line for line in code.sass.splitlines() if "HGMMA." in line]
+
+
 @needs_cuobjdump
-@pytest.mark.parametrize(("index", "scheduler", "dtype"), CASES, ids=[case_id(c) for c in CASES])
-def test_compiles_with_the_intended_code(index, scheduler, dtype):
+@pytest.mark.parametrize(("index", "scheduler", "dtype", "layout"), CASES, ids=[case_id(c) for c in CASES])
+def test_compiles_with_the_intended_code(index, scheduler, dtype, layout):
     config = HopperConfig.from_params(KERNEL.configs[index])
-    code, shared = compiled(index, scheduler, dtype)
+    code = compiled(index, scheduler, dtype, layout)
 
     # The kernel's declared targets hold (wgmma, TMA in PTX; HGMMA, UTMALDG, UTMASTG in SASS).
     check = check_code(code, KERNEL.targets[0])
@@ -78,6 +81,13 @@ def test_compiles_with_the_intended_code(index, scheduler, dtype):
     assert shapes == {f"64x{config.BLOCK_N}x16"}, shapes
     ptx_type = {"float16": "f16.f16", "bfloat16": "bf16.bf16"}[dtype]
     assert f"m64n{config.BLOCK_N}k16.f32.{ptx_type}" in code.ptx
+    # B as stored: a row-major (K, N) B is N-major, which wgmma reads with its transpose bit; an
+    # (N, K) weight is K-major, read without it.
+    transposed = {".tnspB" in line for line in hgmma_lines(code)}
+    assert transposed == {layout == "kn"}, hgmma_lines(code)[:2]
+    # TMA stores: 2-D into C, or 3-D into the (SPLIT_K, M, N) fp32 workspace.
+    stores = set(re.findall(r"UTMASTG\.(\dD)", code.sass))
+    assert stores == ({"3D"} if config.SPLIT_K > 1 else {"2D"}), stores
     # No register spills to local memory.
     assert not re.search(r"\b(?:LDL|STL)\b", code.sass)
     assert "LOCAL:0" in code.resources and "STACK:0" in code.resources, code.resources
@@ -88,27 +98,44 @@ def test_compiles_with_the_intended_code(index, scheduler, dtype):
     if config.CONSUMERS == 2:
         assert config.consumer_regs in regs
     # Shared memory fits an H100 block, and the config check's estimate is not below it.
-    assert shared <= cfg.SMEM_PER_BLOCK
-    assert shared <= config.smem_bytes(2)
+    assert code.shared <= cfg.SMEM_PER_BLOCK
+    assert code.shared <= config.smem_bytes(2)
 
 
-def test_aot_refuses_other_architectures():
+@needs_cuobjdump
+@pytest.mark.parametrize("scheduler", ["persistent", "grouped-1", "grouped-8"])
+def test_default_compiles_with_every_scheduler_for_a_weight(scheduler):
+    code = compiled(0, scheduler, "bfloat16", "nk")
+    assert check_code(code, KERNEL.targets[0]).ok
+    assert hgmma_lines(code) and not any(".tnspB" in line for line in hgmma_lines(code))
+
+
+def test_aot_refuses_other_architectures_and_layouts():
     with pytest.raises(ValueError, match="built for sm_90a only"):
         resolve(KERNEL.aot)(arch("sm_100a"), "float16", dict(KERNEL.configs[0]))
+    with pytest.raises(ValueError, match="b_layout='mn'"):
+        resolve(KERNEL.aot)(SM90A, "float16", {**KERNEL.configs[0], "b_layout": "mn"})
 
 
-def test_aot_compiles_what_the_launcher_runs():
-    """The AOT spec's constexprs and block shapes are the launcher's for the same config."""
-    from tkreg_hopper_matmul import build
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_aot_compiles_what_the_launcher_runs(layout):
+    """The AOT spec's constexprs and block shapes are the launcher's plan for the same config."""
+    from tkreg_hopper_matmul.launch import launch_plan
 
-    spec = spec_for(KERNEL.configs[0], "grouped-8", "bfloat16")
+    spec = spec_for(KERNEL.configs[0], "grouped-8", "bfloat16", layout)
     config = HopperConfig.from_params(KERNEL.configs[0])
-    impl = resolve(build_registry().scheduler("grouped-8").gluon)
-    assert spec.constexprs == build.constexprs(config, impl)
-    assert spec.options == build.options() == {"num_warps": 4}
-    blocks = build.blocks(config)
-    shapes = {"a": [blocks["BLOCK_M"], blocks["BLOCK_K"]], "b": [blocks["BLOCK_K"], blocks["BLOCK_N"]], "c": blocks["c_block"]}
-    assert shapes == {"a": [64, 64], "b": [64, 256], "c": [64, 256]}
-    for name, shape in shapes.items():
+    plan = launch_plan(4096, 4096, 4096, layout, 132, config, build_registry().scheduler("grouped-8"))
+    assert spec.constexprs == dict(plan.constexprs)
+    assert spec.options == {"num_warps": 4}
+    b = [256, 64] if layout == "nk" else [64, 256]
+    assert plan.blocks == {"a": [64, 64], "b": b, "c": [64, 256]}
+    for name, shape in plan.blocks.items():
         dims = ", ".join(map(str, shape))
         assert spec.signature[f"{name}_desc"].startswith(f"tensordesc<bf16[{dims}]")
+
+
+def test_aot_split_k_describes_an_fp32_workspace():
+    split = next(c for c in KERNEL.configs if c.get("SPLIT_K", 1) > 1)
+    spec = spec_for(split, "persistent", "float16", "nk")
+    assert spec.signature["c_desc"].startswith("tensordesc<fp32[1, ")
+    assert spec.signature["a_desc"].startswith("tensordesc<fp16[")

@@ -1,26 +1,26 @@
 """What the launcher and the ahead-of-time compile share: the TMA block shapes, constexprs and compile
-options of one config, so the AOT compile builds exactly the kernel the launcher runs."""
+options of one config and B layout, so the AOT compile builds exactly the kernel the launcher runs."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tkreg_matmul.layouts import NK
+
 from .config import HopperConfig
 from .kernel import CONSUMER_WARPS
 
 
-def blocks(config: HopperConfig) -> dict[str, Any]:
-    """Keyword arguments for tkreg_matmul.gluon_common's matmul_descriptors / descriptor_signatures:
-    A blocks are one consumer's rows, C blocks one epilogue slice of them."""
-    return {
-        "BLOCK_M": config.rows,
-        "BLOCK_N": config.BLOCK_N,
-        "BLOCK_K": config.BLOCK_K,
-        "c_block": [config.rows, config.BLOCK_N // config.EPILOGUE_SPLIT],
-    }
+def blocks(config: HopperConfig, b_layout: str) -> dict[str, list[int]]:
+    """TMA block shapes: A blocks are one consumer's rows; B blocks BLOCK_K x BLOCK_N, or BLOCK_N x
+    BLOCK_K when B is the transpose of an (N, K) weight; C blocks one epilogue slice of a consumer's
+    rows, with a leading 1 for the (SPLIT_K, M, N) split-K workspace."""
+    b = [config.BLOCK_N, config.BLOCK_K] if b_layout == NK else [config.BLOCK_K, config.BLOCK_N]
+    c = [config.rows, config.BLOCK_N // config.EPILOGUE_SPLIT]
+    return {"a": [config.rows, config.BLOCK_K], "b": b, "c": [1, *c] if config.SPLIT_K > 1 else c}
 
 
-def constexprs(config: HopperConfig, scheduler_impl: Any) -> dict[str, Any]:
+def constexprs(config: HopperConfig, scheduler_impl: Any, b_layout: str) -> dict[str, Any]:
     return {
         "SchedulerImpl": scheduler_impl,
         "BLOCK_M": config.BLOCK_M,
@@ -30,6 +30,7 @@ def constexprs(config: HopperConfig, scheduler_impl: Any) -> dict[str, Any]:
         "EPILOGUE_SPLIT": config.EPILOGUE_SPLIT,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.PRODUCER_REGS,
+        "B_NK": b_layout == NK,
     }
 
 

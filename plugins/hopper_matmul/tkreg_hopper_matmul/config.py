@@ -15,6 +15,9 @@ The parameters (names as the launcher takes them):
   memory (which buys a deeper ring).
 - ``PRODUCER_REGS``: registers per thread the producer warp keeps (setmaxnreg); the consumers get
   what is left of the register file.
+- ``SPLIT_K``: slices of K per output tile, each its own work unit storing an fp32 partial sum into a
+  workspace that a second kernel adds up in a fixed order (1: no split, the tile is stored directly).
+  It gives problems with fewer output tiles than SMs (decode and short prefill) work for every SM.
 """
 
 from __future__ import annotations
@@ -44,11 +47,13 @@ MAX_ACC_REGS = 128
 SMEM_SLACK = 1024
 
 # Sizes the kernel is built for: powers of two (the epilogue halves BLOCK_N).
-BLOCK_SIZES = {"BLOCK_M": (64, 128, 256), "BLOCK_N": (64, 128, 256), "BLOCK_K": (32, 64, 128)}
+BLOCK_SIZES = {"BLOCK_M": (64, 128, 256), "BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (32, 64, 128)}
 EPILOGUE_SPLITS = (1, 2, 4)
 # Three consumers make 16 warps, which caps every thread at 128 registers (the compiler sizes the
 # kernel for an even share); ptxas then cannot allocate a 64x256 wgmma (it asks for 154).
 MAX_CONSUMERS = 2
+MAX_SPLIT_K = 32
+WORKSPACE_ITEMSIZE = 4  # split-K partial sums are fp32
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class HopperConfig:
     PINGPONG: bool = False
     EPILOGUE_SPLIT: int = 1
     PRODUCER_REGS: int = 24
+    SPLIT_K: int = 1
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> HopperConfig:
@@ -101,10 +107,14 @@ class HopperConfig:
         regs = per_thread // self.CONSUMERS // SETMAXNREG_STEP * SETMAXNREG_STEP
         return min(regs, SETMAXNREG_MAX)
 
+    def out_itemsize(self, itemsize: int) -> int:
+        """Bytes per element the epilogue stages: the output's, or fp32 partial sums with split-K."""
+        return WORKSPACE_ITEMSIZE if self.SPLIT_K > 1 else itemsize
+
     def smem_bytes(self, itemsize: int) -> int:
         ring = self.NUM_STAGES * (self.a_blocks * self.rows * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N)
         staging = self.CONSUMERS * self.rows * (self.BLOCK_N // self.EPILOGUE_SPLIT)
-        return (ring + staging) * itemsize + SMEM_SLACK
+        return ring * itemsize + staging * self.out_itemsize(itemsize) + SMEM_SLACK
 
     def problems(self, itemsize: int = 2) -> list[str]:
         """Why this config cannot be built (empty: it can)."""
@@ -125,6 +135,8 @@ class HopperConfig:
                 f"PRODUCER_REGS={self.PRODUCER_REGS} must be a multiple of {SETMAXNREG_STEP} in "
                 f"[{SETMAXNREG_MIN}, {SETMAXNREG_MAX}]"
             )
+        if not 1 <= self.SPLIT_K <= MAX_SPLIT_K:
+            out.append(f"SPLIT_K={self.SPLIT_K} must be 1..{MAX_SPLIT_K}")
         if out:
             return out
         if self.BLOCK_M % self.CONSUMERS or self.rows % WGMMA_M:
@@ -154,21 +166,46 @@ def tiles(M: int, N: int, config: HopperConfig) -> int:
     return -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
 
 
-# The launcher's candidates, largest tile first. The 128x256 tile reads the fewest operand bytes per
-# flop (48 KB of A and B per 4.2 MFLOP stage); smaller tiles keep every SM busy on small problems.
+# The tiles the launcher chooses among (each with any K split, see .model.candidates), and the
+# registered configs: every tile, plus split-K configs that exercise the workspace path.
 DEFAULT = HopperConfig()
-CANDIDATES = (
+TILES = (
+    # Large problems: the 128x256 tile reads the fewest operand bytes per flop (48 KB of A and B per
+    # 4.2 MFLOP stage); a 4-stage ring pays for itself with a two-slice epilogue; 256x128 gives each
+    # consumer 128 rows.
     DEFAULT,
+    HopperConfig(NUM_STAGES=4, EPILOGUE_SPLIT=2),
+    HopperConfig(BLOCK_M=256, BLOCK_N=128, NUM_STAGES=4, EPILOGUE_SPLIT=2),
+    # Fewer, smaller tiles: more units for the SMs when the output is small.
     HopperConfig(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4),
+    HopperConfig(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, NUM_STAGES=4),
+    HopperConfig(BLOCK_M=128, BLOCK_N=32, BLOCK_K=128, NUM_STAGES=5),
+    # M <= 64 (decode): one consumer warpgroup of 64 rows (wgmma's M); narrow tiles and deep rings
+    # keep every SM streaming B, the operand that is read once.
+    HopperConfig(BLOCK_M=64, BLOCK_N=256, NUM_STAGES=4, CONSUMERS=1),
     HopperConfig(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=4, CONSUMERS=1),
+    HopperConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, NUM_STAGES=6, CONSUMERS=1),
+    HopperConfig(BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, NUM_STAGES=8, CONSUMERS=1),
 )
+PINGPONG = HopperConfig(BLOCK_M=64, NUM_STAGES=4, PINGPONG=True)
+# Split-K configs for the tests: a slice count that divides K's steps, an odd one that leaves the
+# last slice short, and the cooperative and ping-pong consumers on the workspace path.
+SPLIT_CONFIGS = (
+    HopperConfig(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=4, CONSUMERS=1, SPLIT_K=4),
+    HopperConfig(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, SPLIT_K=3),
+    HopperConfig(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=4, PINGPONG=True, SPLIT_K=2),
+)
+REGISTERED = (*TILES, PINGPONG, *SPLIT_CONFIGS)
 
 
-def choose(M: int, N: int, num_sms: int) -> HopperConfig:
-    """The first candidate with at least one tile per SM; the smallest tile when none has.
-    A larger tile leaves SMs idle once there are fewer tiles than SMs, and a full wave of smaller
-    tiles then finishes sooner than a partial wave of large ones."""
-    for config in CANDIDATES:
-        if tiles(M, N, config) >= num_sms:
-            return config
-    return CANDIDATES[-1]
+def k_steps(K: int, config: HopperConfig) -> int:
+    return -(-K // config.BLOCK_K)
+
+
+def effective_split_k(K: int, config: HopperConfig) -> int:
+    """The K slices actually launched: each of the SPLIT_K slices gets ceil(steps / SPLIT_K) steps,
+    and only as many slices as it takes to cover K (every slice then starts inside K; the last one
+    may end past it, where TMA reads zeros). Never more slices than K steps."""
+    steps = k_steps(K, config)
+    per_slice = -(-steps // min(config.SPLIT_K, steps))
+    return -(-steps // per_slice)

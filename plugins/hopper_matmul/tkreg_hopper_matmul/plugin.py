@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
+
+from tkreg_matmul.layouts import LAYOUTS
 
 import tkreg
 
-from .config import CANDIDATES, DEFAULT, HopperConfig
+from .config import DEFAULT, REGISTERED, HopperConfig
 
 # Keys always shown in test ids; others appear only where they differ from the default.
 SHOWN = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "CONSUMERS", "PINGPONG", "EPILOGUE_SPLIT")
-
-# The two alternatives to the default that the H100 sweep decides between: a deeper ring paid for
-# with a two-slice epilogue, and ping-pong consumers (one's epilogue under the other's main loop).
-DEEP_RING = replace(DEFAULT, NUM_STAGES=4, EPILOGUE_SPLIT=2)
-PINGPONG = replace(DEFAULT, BLOCK_M=64, NUM_STAGES=4, PINGPONG=True)
+SCHEDULER_NAMES = ("persistent", "grouped-1", "grouped-8")  # the schedulers plugin's, for compile items
 
 
 def _shown(config: HopperConfig) -> dict[str, int | bool]:
     default = asdict(DEFAULT)
     return {key: value for key, value in asdict(config).items() if key in SHOWN or value != default[key]}
+
+
+def _compile_configs() -> tuple[dict[str, int | bool | str], ...]:
+    """Compile items: the default in both B layouts with every scheduler; every other registered
+    config once per layout, schedulers taken in turn (each is compiled with all of them by the
+    plugin's own tests of the default)."""
+    items: list[dict[str, int | bool | str]] = []
+    for layout in LAYOUTS:
+        items += [{**_shown(DEFAULT), "b_layout": layout, "scheduler": s} for s in SCHEDULER_NAMES]
+        for i, config in enumerate(REGISTERED[1:]):
+            items.append({**_shown(config), "b_layout": layout, "scheduler": SCHEDULER_NAMES[i % len(SCHEDULER_NAMES)]})
+    return tuple(items)
 
 
 KERNEL = tkreg.Kernel(
@@ -41,23 +51,29 @@ KERNEL = tkreg.Kernel(
         tkreg.CompileTarget(
             "sm_90a",
             ptx=(
-                r"wgmma\.mma_async\.sync\.aligned\.m64n(?:128|256)k16\.f32\.b?f16",
+                r"wgmma\.mma_async\.sync\.aligned\.m64n(?:32|64|128|256)k16\.f32\.b?f16",
                 r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global",
-                r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta",
+                r"cp\.async\.bulk\.tensor\.[23]d\.global\.shared::cta",
                 r"setmaxnreg\.dec",
             ),
-            # The widest wgmma for the tile (N = BLOCK_N), TMA loads and stores.
-            sass=(r"HGMMA\.64x(?:128|256)x16\.F32", r"UTMALDG", r"UTMASTG"),
+            # The widest wgmma for the tile (N = BLOCK_N), TMA loads and stores (3-D into a split-K
+            # workspace).
+            sass=(r"HGMMA\.64x(?:32|64|128|256)x16\.F32", r"UTMALDG", r"UTMASTG"),
         ),
     ),
     aot="tkreg_hopper_matmul.launch:aot",
-    configs=tuple(_shown(c) for c in (*CANDIDATES[:1], DEEP_RING, PINGPONG, *CANDIDATES[1:])),
-    bench_configs=(_shown(DEFAULT), _shown(DEEP_RING), _shown(PINGPONG)),
+    configs=tuple(_shown(c) for c in REGISTERED),
+    # Benchmarks time what a user gets: the launcher's own choice of config (no parameters). The
+    # registry crosses a config without a scheduler with every scheduler, so the scheduler is named:
+    # the choice's default (a measured table entry keeps it unless another is more than 1% faster).
+    bench_configs=({"scheduler": "grouped-8"},),
+    compile_configs=_compile_configs(),
     takes_scheduler=True,
     # Above the portable Triton matmul: on an H100 this is the kernel to run.
     priority=10,
-    description="persistent warp-specialized wgmma matmul: TMA ring fed by one producer warp, "
-    "two consumer warpgroups (cooperative or ping-pong), TMA-store epilogue overlapping the next tile",
+    description="persistent warp-specialized wgmma matmul: TMA ring fed by one producer warp, one or two "
+    "consumer warpgroups (cooperative or ping-pong), B as (K, N) or as an (N, K) weight read as stored, "
+    "split-K for few output tiles, tile and scheduler chosen per shape from measurements",
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tkreg_matmul.checks import gluon_matmul_inputs_reasons, operand_reasons, validate_gluon_matmul
+from tkreg_matmul.layouts import TransposedView, b_layout, b_tma_reasons
 from tkreg_matmul.triton_kernel import matmul_triton
 
 from tkreg import InputError
@@ -43,6 +44,51 @@ def test_gluon_inputs_reasons_tma_rules():
     transposed = gluon_matmul_inputs_reasons(t(8, 16).t(), t(8, 16))
     assert any("last stride" in r for r in transposed), transposed
     assert gluon_matmul_inputs_reasons(t(16, 16), t(16, 16), t(16, 16)[:, 1:]) != []
+
+
+def test_gluon_inputs_take_a_weight_as_stored():
+    """x @ W.t() with W a row-major (N, K) weight: B's first stride is 1 and W's rows are TMA-legal."""
+    assert gluon_matmul_inputs_reasons(t(16, 64), t(48, 64).t()) == []
+    # W with padded rows (a column window of a wider buffer) is still legal.
+    assert gluon_matmul_inputs_reasons(t(16, 64), t(48, 80)[:, 8:72].t()) == []
+    # W with rows 72 bytes apart is not; the reason names B's view of it.
+    reasons = gluon_matmul_inputs_reasons(t(16, 32), t(48, 36)[:, :32].t())
+    assert reasons == [
+        "b.t() (B read as the transpose of an (N, K) weight): stride of dim 0 is 36 elements (72 bytes), "
+        "not a multiple of 16 bytes; TMA needs it"
+    ]
+    # Neither dimension contiguous.
+    assert "no dimension has stride 1" in gluon_matmul_inputs_reasons(t(16, 32), t(32, 96)[:, ::2])[0]
+
+
+@pytest.mark.parametrize(("b", "layout"), [(t(32, 48), "kn"), (t(48, 32).t(), "nk"), (t(32, 96)[:, ::2], None), (t(1, 8), "kn")])
+def test_b_layout(b, layout):
+    assert b_layout(b) == layout
+    assert b_tma_reasons(b)[0] == layout
+
+
+def test_transposed_view_metadata_without_the_tensor():
+    w = t(48, 80)[:, 8:72]
+    view = TransposedView(w.t())
+    assert view.shape == tuple(w.shape) and view.stride() == w.stride() and view.stride(0) == 80
+    assert view.data_ptr() == w.data_ptr() and view.element_size() == 2 and view.dim() == 2
+
+
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0)])
+def test_explain_accepts_a_weight_for_the_tma_kernel_of_each_capability(capability):
+    """The issue's acceptance: CPU tensors x and W.t() on a hypothetical 9.0 / 10.0 device."""
+    import tkreg
+
+    x, w = t(64, 4096, dtype=torch.bfloat16), t(1024, 4096, dtype=torch.bfloat16)
+    verdicts = {v.kernel.name: v for v in tkreg.explain("matmul", capability, inputs=(x, w.t()))}
+    expected = "matmul_hopper_ws" if capability == (9, 0) else "matmul_blackwell_ws"
+    assert verdicts[expected].runs, verdicts[expected].reasons
+    assert tkreg.lookup("matmul", capability, inputs=(x, w.t()))[0].name == expected
+    # A weight with unaligned rows is refused with the reason; the portable kernel still takes it.
+    odd = t(1024, 4100, dtype=torch.bfloat16)[:, :4096]
+    verdicts = {v.kernel.name: v for v in tkreg.explain("matmul", capability, inputs=(x, odd.t()))}
+    assert not verdicts[expected].runs and "b.t()" in verdicts[expected].reasons[0]
+    assert verdicts["matmul_triton"].runs
 
 
 def test_portable_launcher_checks_before_launch(monkeypatch):

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 from tkreg_matmul import op
+from tkreg_matmul.layouts import b_layout, b_tma_reasons
 
 from tkreg.checking import compare
 from tkreg.harness import make_inputs
@@ -33,28 +34,44 @@ def test_plugin_imports_neither_torch_nor_triton():
 def test_cases_cover_required_shapes(matmul_op):
     default = {c.id for c in matmul_op.cases_in("default")}
     assert {"208x416x304", "129x136x72", "300x520x1000", "1x8x8", "33x33x33"} <= default
-    assert "2000x1000x2000" in {c.id for c in matmul_op.cases_in("gpu")}
-    bench = matmul_op.cases_in("bench")
-    assert [c["K"] for c in bench] == [512, 1024, 2048, 4096, 8192, 16384]
-    assert all(c["M"] == c["N"] == 8192 for c in bench)
+    # B as an nn.Linear weight, odd sizes included, and one the TMA kernels must refuse (K odd).
+    assert {"97x264x304-weight", "129x136x72-weight", "1x8x8-weight", "129x136x296-weight-strided", "16x40x33-weight"} <= default
+    assert {"2000x1000x2000", "16x4096x4104-weight"} <= {c.id for c in matmul_op.cases_in("gpu")}
+
+
+def test_bench_suite_is_the_llama_projections_in_both_layouts(matmul_op):
+    bench = {c.id for c in matmul_op.cases_in("bench")}
+    for m in (16, 128, 2048, 16384):
+        for n, k in ((4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336)):
+            assert {f"{m}x{n}x{k}", f"{m}x{n}x{k}-weight"} <= bench
+    assert {"3000x5000x2000", "3000x5000x2000-weight"} <= bench
+    assert {f"8192x8192x{k}" for k in (512, 1024, 2048, 4096, 8192, 16384)} <= bench
+    assert len(bench) == 40
+    assert matmul_op.bench_dtypes == ("bfloat16",)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("variant", ["", "strided", "transposed"])
+@pytest.mark.parametrize("variant", ["", "strided", "transposed", "weight", "weight-strided"])
 def test_make_inputs_layouts(matmul_op, dtype, variant):
     a, b = make_inputs(matmul_op, case(M=33, N=24, K=40, variant=variant), dtype, seed=1, device="cpu")
     assert a.shape == (33, 40) and b.shape == (40, 24)
     assert a.dtype == b.dtype == getattr(torch, dtype)
     assert bool((a != 0).any()) and bool((b != 0).any())
-    legal = not tma_reasons(a, "a") and not tma_reasons(b, "b")
+    legal = not tma_reasons(a, "a") and b_tma_reasons(b)[1] == []
     if variant == "":
         assert a.is_contiguous() and b.is_contiguous()
+        assert b_layout(b) == "kn"
     elif variant == "strided":
         assert a.stride(0) > a.shape[1] and b.stride(0) > b.shape[1]
-        assert legal
-    else:
+        assert legal and b_layout(b) == "kn"
+    elif variant == "transposed":
         assert a.stride() == (1, 33) and b.stride() == (1, 40)
         assert not legal
+    else:
+        # B = W.t(): W is a row-major (24, 40) weight (padded rows and an offset base when strided).
+        assert b.stride(0) == 1 and b.t().stride(1) == 1 and a.is_contiguous()
+        assert (b.stride(1) > 40) == (variant == "weight-strided")
+        assert legal and b_layout(b) == "nk"
 
 
 def test_make_inputs_fresh_per_seed(matmul_op):

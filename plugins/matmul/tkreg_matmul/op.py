@@ -1,5 +1,6 @@
 """The ``matmul`` op's contract: C = A @ B for A (M, K), B (K, N), fp16/bf16 inputs, accumulation in
-fp32, C in the input dtype. Everything here runs on torch alone (no triton)."""
+fp32, C in the input dtype. B is a row-major (K, N) tensor or the transposed view of a row-major
+(N, K) weight, as ``F.linear`` gets it. Everything here runs on torch alone (no triton)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from tkreg.tolerances import UNIT_ROUNDOFF
 #   "strided"    A and B are column windows of wider row-major buffers: row strides larger than the
 #                row, base 16 bytes into the buffer; still TMA-legal (strides multiples of 16 bytes)
 #   "transposed" A and B are transposed views of row-major buffers (column-major, last stride != 1):
-#                only kernels with arbitrary strides take them, TMA kernels must refuse
-VARIANTS = ("", "strided", "transposed")
+#                only kernels with arbitrary strides take them, TMA kernels must refuse (A's layout)
+#   "weight"     A contiguous, B = W.t() for a contiguous (N, K) W: x @ W.t() with an nn.Linear weight
+#   "weight-strided"  as "weight", with W a column window of a wider buffer (padded rows, offset base)
+VARIANTS = ("", "strided", "transposed", "weight", "weight-strided")
 STRIDED_PAD = 8  # extra elements per row in the "strided" layout; with the row rounded up to 8, 16-byte strides
 STRIDED_OFFSET = 8  # first column of the window: 16 bytes for 2-byte dtypes, keeps the base TMA-aligned
 
@@ -67,6 +70,10 @@ def make_inputs(case: Any, dtype: Any, generator: Any, device: Any) -> tuple[Any
         return _window(randn, M, K), _window(randn, K, N)
     if case.variant == "transposed":
         return randn(K, M).t(), randn(N, K).t()
+    if case.variant == "weight":
+        return randn(M, K), randn(N, K).t()
+    if case.variant == "weight-strided":
+        return randn(M, K), _window(randn, N, K).t()
     raise ValueError(f"matmul: unknown case variant {case.variant!r}; known: {', '.join(repr(v) for v in VARIANTS)}")
 
 
@@ -87,6 +94,8 @@ def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
 
 
 def peer(a: Any, b: Any, out: Any) -> Any:
+    """torch.matmul with B as given: cuBLAS reads a transposed view of a weight as stored (its
+    "TN" case), as F.linear does."""
     import torch
 
     return torch.matmul(a, b, out=out)

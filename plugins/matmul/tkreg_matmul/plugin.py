@@ -9,11 +9,26 @@ import tkreg
 from tkreg import CompileTarget, Kernel, Op, Requirements, case
 
 # Both import neither torch nor triton.
-from .configs import LARGE, MEDIUM, SMALL
+from .configs import DECODE, LARGE, MEDIUM, SMALL
 from .op import DTYPES, TOLERANCES
 
 BENCH_K = (512, 1024, 2048, 4096, 8192, 16384)
 BENCH_MN = 8192
+# Llama-3-8B-like projections: (M, 4096) x (4096 -> 4096 (attention out), 6144 (fused QKV with
+# grouped KV heads), 14336 (MLP up/gate)) and (M, 14336) x (14336 -> 4096) (MLP down), for decode
+# (M = 16), short prefill (128) and long prefill (2048, 16384) token counts.
+LLAMA_NK = ((4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336))
+LLAMA_M = (16, 128, 2048, 16384)
+# B layouts of the benchmark suite: x @ w (row-major (K, N)) and x @ W.t() (an nn.Linear weight).
+BENCH_LAYOUTS = ("", "weight")
+# Odd but TMA-legal: no size a multiple of any tile, rows still 16-byte aligned.
+ODD_BENCH = ((3000, 5000, 2000),)
+
+BENCH_CASES = (
+    *(case(M=m, N=n, K=k, sets=("bench",), variant=v) for m in LLAMA_M for n, k in LLAMA_NK for v in BENCH_LAYOUTS),
+    *(case(M=m, N=n, K=k, sets=("bench",), variant=v) for m, n, k in ODD_BENCH for v in BENCH_LAYOUTS),
+    *(case(M=BENCH_MN, N=BENCH_MN, K=k, sets=("bench",)) for k in BENCH_K),
+)
 
 CASES = (
     # The warp-specialization seed's test shapes.
@@ -31,11 +46,21 @@ CASES = (
     # Row strides wider than the rows (TMA-legal), and column-major operands (TMA-illegal).
     case(M=129, N=136, K=72, variant="strided"),
     case(M=129, N=136, K=72, variant="transposed"),
+    # B as an nn.Linear weight: the transposed view of a row-major (N, K) tensor, read as stored.
+    case(M=97, N=264, K=304, variant="weight"),
+    case(M=129, N=136, K=72, variant="weight"),
+    case(M=1, N=8, K=8, variant="weight"),
+    case(M=129, N=136, K=296, variant="weight-strided"),
+    # K odd: the weight's rows are not 16-byte aligned, so TMA kernels must refuse it.
+    case(M=16, N=40, K=33, variant="weight"),
     # The seed's large test shape: about 15 s per config and dtype under the CPU interpreter, so it
     # is in every GPU run ("gpu") but interpreted only with --tkreg-full.
     case(M=2000, N=1000, K=2000, sets=("gpu", "full")),
     case(M=1000, N=2000, K=4096, sets=("gpu", "full"), variant="strided"),
-    *(case(M=BENCH_MN, N=BENCH_MN, K=k, sets=("bench",)) for k in BENCH_K),
+    # Decode and short prefill against a weight (few output tiles: split-K and narrow tiles).
+    case(M=16, N=4096, K=4104, sets=("gpu", "full"), variant="weight"),
+    case(M=100, N=1000, K=2008, sets=("gpu", "full"), variant="weight"),
+    *BENCH_CASES,
 )
 
 MATMUL = Op(
@@ -51,7 +76,11 @@ MATMUL = Op(
     peer="tkreg_matmul.op:peer",
     peer_name="torch.matmul",
     tolerance_scale="tkreg_matmul.op:tolerance_scale",
-    description="C = A @ B; A (M, K), B (K, N); fp16/bf16 inputs, fp32 accumulation, C in the input dtype",
+    # Benchmarks in bf16 only, so the whole benchmark run stays near two minutes (both dtypes
+    # double the matmul share); scripts/gpu/matmul_suite.py times fp16 as well.
+    bench_dtypes=("bfloat16",),
+    description="C = A @ B; A (M, K), B (K, N) row-major or the transpose of an (N, K) weight; fp16/bf16 inputs, "
+    "fp32 accumulation, C in the input dtype",
 )
 
 MATMUL_TRITON = Kernel(
@@ -73,11 +102,16 @@ MATMUL_TRITON = Kernel(
         ),
     ),
     aot="tkreg_matmul.triton_aot:matmul_triton_aot",
-    configs=(LARGE, MEDIUM, SMALL),
-    bench_configs=(LARGE,),
+    # Tests: the largest and smallest tiles, and the 16-row decode tile (another dot shape: mma.sync
+    # rather than wgmma on sm_90a). The launcher chooses among more (tkreg_matmul.configs.CANDIDATES).
+    configs=(LARGE, MEDIUM, SMALL, DECODE),
+    # Benchmarks time what a user gets: the launcher's choice for each shape.
+    bench_configs=({},),
+    # Compile items: B in both layouts for the default tile; tiles of 64 rows or more (wgmma on sm_90a).
+    compile_configs=({**LARGE, "b_layout": "kn"}, {**LARGE, "b_layout": "nk"}, MEDIUM, SMALL),
     priority=0,
-    description="portable tl.dot matmul: masked loads for any shape and strides, grouped tile order, "
-    "software-pipelined (cp.async) on sm_80+, wgmma on sm_90a",
+    description="portable tl.dot matmul: masked loads for any shape and strides (16-byte loads where sizes "
+    "allow), grouped tile order, software-pipelined (cp.async) on sm_80+, wgmma on sm_90a, tile chosen per shape",
 )
 
 

@@ -1,6 +1,8 @@
 """Ahead-of-time compile of ``matmul_triton`` for the compile items: the kernel the launcher runs on
-contiguous inputs whose sizes are multiples of 16 (the benchmark shapes), with the same
-specialization the JIT makes (unit strides become constants, other ints and pointers divisible by 16)."""
+row-major A and C with B in either layout (``b_layout`` "kn" or "nk" in the config, default "kn")
+whose sizes are multiples of 16 (the benchmark shapes), with the same specialization the JIT makes
+(unit strides become constants, other ints and pointers divisible by 16) and the launcher's
+ALIGN=8 for 16-byte loads."""
 
 from __future__ import annotations
 
@@ -11,20 +13,29 @@ from tkreg.capability import Arch
 from tkreg.tma import TRITON_TYPE
 
 from .configs import LARGE
-from .triton_kernel import matmul_kernel
+from .layouts import KN, LAYOUTS, NK
+from .triton_kernel import VECTOR, matmul_kernel
 
-# The JIT turns an int argument equal to 1 into a constant; contiguous inputs have these unit strides.
-UNIT_STRIDES = ("stride_ak", "stride_bn", "stride_cn")
-SIZES = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm")
+# The JIT turns an int argument equal to 1 into a constant; row-major A and C, and B's contiguous
+# dimension, have unit strides.
+UNIT_STRIDES = {KN: ("stride_ak", "stride_bn", "stride_cn"), NK: ("stride_ak", "stride_bk", "stride_cn")}
+SIZES = ("M", "N", "K", "stride_am", "stride_cm")
 POINTERS = ("a_ptr", "b_ptr", "c_ptr")
 BLOCKS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 
 
 def matmul_triton_aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
     params = {**LARGE, **config}
+    layout = params.pop("b_layout", KN)
+    if layout not in LAYOUTS:
+        raise ValueError(f"b_layout={layout!r}; known: {', '.join(LAYOUTS)}")
+    unit = UNIT_STRIDES[layout]
+    b_stride = "stride_bn" if layout == NK else "stride_bk"
+    sizes = (*SIZES, b_stride)
     pointer = f"*{TRITON_TYPE[dtype]}"
-    signature = {p: pointer for p in POINTERS} | {s: "i32" for s in SIZES}
-    signature |= {s: "constexpr" for s in (*UNIT_STRIDES, *BLOCKS, "UPCAST")}
-    constexprs: dict[str, Any] = {s: 1 for s in UNIT_STRIDES} | {b: params[b] for b in BLOCKS} | {"UPCAST": False}
+    signature = {p: pointer for p in POINTERS} | {s: "i32" for s in sizes}
+    signature |= {s: "constexpr" for s in (*unit, *BLOCKS, "UPCAST", "ALIGN", "B_NK")}
+    constexprs: dict[str, Any] = {s: 1 for s in unit} | {b: params[b] for b in BLOCKS}
+    constexprs |= {"UPCAST": False, "ALIGN": VECTOR, "B_NK": layout == NK}
     options = {"num_warps": params["num_warps"], "num_stages": params["num_stages"]}
-    return AotSpec(matmul_kernel, signature, constexprs, options, aligned=(*POINTERS, *SIZES))
+    return AotSpec(matmul_kernel, signature, constexprs, options, aligned=(*POINTERS, *sizes))

@@ -1,6 +1,13 @@
 """``matmul_triton``: a portable ``tl.dot`` matmul for any shape and strides (masked loads and
 stores, 64-bit row offsets), grouped launch order for L2 reuse, fp32 accumulation. Runs on any CUDA
-GPU with capability >= 8.0 (bf16 tensor cores) and under the Triton CPU interpreter.
+GPU with capability >= 8.0 (bf16 tensor cores) and under the Triton CPU interpreter. B may be row-major
+(K, N), the transposed view of an (N, K) weight, or anything strided.
+
+Vector loads: the JIT marks an integer argument divisible by 16 only when it is, so with N = 5000
+(B's row stride) it knows nothing and loads B one element at a time. Where every size and stride the
+loads depend on is a multiple of 8 elements (16 bytes), the launcher says so with ``ALIGN=8`` and
+the kernel rebuilds those values as ``(x // ALIGN) * ALIGN``, equal to x, whose divisibility the
+compiler can see: 16-byte loads and masks that stay constant over them.
 
 Set ``TRITON_INTERPRET=1`` before importing this module to run it on the CPU.
 """
@@ -16,6 +23,7 @@ from tkreg.inputs import device_reasons, fail_if, interpreter_active
 
 from .checks import operand_reasons
 from .configs import pick_config
+from .layouts import KN, NK, b_layout
 from .output import output_for
 
 
@@ -24,8 +32,19 @@ def matmul_kernel(
     a_ptr, b_ptr, c_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, ALIGN: tl.constexpr, B_NK: tl.constexpr,
 ):  # fmt: skip
+    if ALIGN > 1:
+        # The launcher checked these are multiples of ALIGN (A and C row-major, B's unit stride the
+        # one B_NK says): the same values, with a divisibility the compiler can see.
+        N = (N // ALIGN) * ALIGN
+        K = (K // ALIGN) * ALIGN
+        stride_am = (stride_am // ALIGN) * ALIGN
+        stride_cm = (stride_cm // ALIGN) * ALIGN
+        if B_NK:
+            stride_bn = (stride_bn // ALIGN) * ALIGN
+        else:
+            stride_bk = (stride_bk // ALIGN) * ALIGN
     # Grouped order: GROUP_M rows of tiles walked column by column, so consecutive programs share
     # B columns and A rows in L2.
     pid = tl.program_id(0)
@@ -73,6 +92,19 @@ def grid_size(M: int, N: int, BLOCK_M: int, BLOCK_N: int) -> int:
     return triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
 
 
+VECTOR = 8  # elements in 16 bytes of fp16/bf16
+
+
+def alignment(a: Any, b: Any, out: Any, layout: str | None) -> int:
+    """VECTOR where A and C are row-major, B is (K, N) or an (N, K) weight, and every size and stride
+    the loads depend on is a multiple of VECTOR elements; else 1 (element-wise loads, any layout)."""
+    if layout is None or a.stride(1) != 1 or out.stride(1) != 1:
+        return 1
+    b_stride = b.stride(0) if layout == KN else b.stride(1)
+    sizes = (a.shape[1], b.shape[1], a.stride(0), out.stride(0), b_stride)
+    return VECTOR if all(x % VECTOR == 0 for x in sizes) else 1
+
+
 def matmul_triton(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
     """C = A @ B. ``config``: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; any left
     out come from :func:`tkreg_matmul.configs.pick_config` for these inputs."""
@@ -82,11 +114,14 @@ def matmul_triton(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
     out = output_for(a, b, out)
     M, K = a.shape
     N = b.shape[1]
-    params = {**pick_config(M, N, K, a.device), **config}
+    layout = b_layout(b) if a.stride(1) == 1 else None
+    params = {**pick_config(M, N, K, a.device, layout or "other"), **config}
+    align = alignment(a, b, out, layout)
     matmul_kernel[(grid_size(M, N, params["BLOCK_M"], params["BLOCK_N"]),)](
         a, b, out, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"], GROUP_M=params["GROUP_M"],
-        UPCAST=interpreter_active(), num_warps=params["num_warps"], num_stages=params["num_stages"],
+        UPCAST=interpreter_active(), ALIGN=align, B_NK=align > 1 and layout == NK,
+        num_warps=params["num_warps"], num_stages=params["num_stages"],
     )  # fmt: skip
     return out

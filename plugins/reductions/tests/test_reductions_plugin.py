@@ -157,3 +157,33 @@ def test_lookup_with_inputs_ranks_by_measured_speed_and_says_why(registry: tkreg
     assert scores == sorted(scores, reverse=True)
     assert "measured at 1048576x32 (narrow rows" in verdicts[0].ranking
     assert verdicts[1].ranking.startswith(f"ranked below {verdicts[0].kernel.name}: ")
+
+
+def test_fast_checks_never_accept_what_the_full_checks_refuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """checks.plainly_valid is a sufficient condition for the full checks (pointed at the CPU
+    here), over every (x, out) pair of good and bad candidates; and it does accept good ones."""
+    from tkreg import inputs
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(inputs, "FAST_DEVICE_TYPE", "cpu")
+    xs = [torch.ones(3, 4), torch.ones(1, 4).half(), torch.ones(5, 2).bfloat16(), torch.ones(4, 3).t(), torch.ones(4),
+          torch.ones(2, 3, 4), torch.ones(3, 4).double(), torch.ones(0, 4), torch.nn.Parameter(torch.ones(3, 4)), [[1.0]]]
+    outs = [None, torch.ones(3), torch.ones(1).half(), torch.ones(5).bfloat16(), torch.ones(6)[::2], torch.ones(2)[:1],
+            torch.ones(4), torch.ones(3, 1), torch.ones(3).double(), torch.zeros(3, dtype=torch.int32)]
+    accepted = 0
+    for x in xs:
+        for out in outs:
+            if checks.plainly_valid(x, out):
+                accepted += 1
+                with monkeypatch.context() as full:
+                    full.setattr(checks, "plainly_valid", lambda *args: False)
+                    checks.validate(x, out)  # raises if the full checks refuse
+    assert accepted >= 8
+
+
+def test_launch_plans_are_cached_per_shape_and_parameters() -> None:
+    first = tiled.plan(32, 1 << 20, 2, 132, (None,) * 5)
+    assert tiled.plan(32, 1 << 20, 2, 132, (None,) * 5) is first and first.split > 1 and first.combine is not None
+    assert tiled.plan(32, 1 << 20, 2, 132, (2, None, None, None, None)) is not first
+    with pytest.raises(ValueError, match=r"SPLIT must be in 1\.\.1024"):
+        tiled.plan(32, 1 << 20, 2, 132, (None, None, 2000, None, None))

@@ -1,5 +1,9 @@
 """Input checks every sum_row launcher runs before launching, and the row-length limit of the
-kernels that load whole rows as one block (also used by lookup with concrete inputs)."""
+kernels that load whole rows as one block (also used by lookup with concrete inputs).
+
+Every call first asks :func:`plainly_valid`, a few attribute reads that suffice for the full
+checks to pass (tkreg.inputs, "Fast checks"); only what it does not accept pays for the full
+checks, which name everything that is wrong."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 
 import torch
 
+from tkreg import inputs
 from tkreg.inputs import check_output, device_reasons, fail_if, tensor_reasons
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -27,19 +32,43 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def plainly_valid(x: Any, out: Any | None) -> bool:
+    """A sufficient condition for :func:`validate` to accept (x, out): a plain torch tensor on an
+    ``inputs.FAST_DEVICE_TYPE`` device, 2-D, non-empty, of a supported dtype, and an ``out``
+    (if given) of M elements, stride 1, same dtype and device. False: run the full checks."""
+    tensor = torch.Tensor
+    if type(x) is not tensor:
+        return False
+    shape, dtype = x.shape, x.dtype
+    if len(shape) != 2 or 0 in shape or dtype not in inputs.torch_dtypes(DTYPES) or x.device.type != inputs.FAST_DEVICE_TYPE:
+        return False
+    if out is None:
+        return True
+    m = shape[0]
+    return (
+        type(out) is tensor
+        and out.dtype is dtype
+        and out.shape == (m,)
+        and out.device == x.device
+        and (m == 1 or out.stride(0) == 1)
+    )
+
+
 def validate(x: Any, out: Any | None) -> torch.Tensor:
     """Check x (2-D, supported dtype, non-empty, on a device this process can run) and out;
     return the output to write."""
-    fail_if(tensor_reasons(x, "x", rank=2, dtypes_allowed=DTYPES))
-    fail_if(device_reasons([("x", x)], interpretable=True))
+    if not plainly_valid(x, out):
+        fail_if(tensor_reasons(x, "x", rank=2, dtypes_allowed=DTYPES))
+        fail_if(device_reasons([("x", x)], interpretable=True))
+        if out is not None:
+            fail_if(tensor_reasons(out, "out", rank=1))
+            check_output(out, (x.shape[0],), x.dtype, x.device)
+            if out.shape[0] > 1 and out.stride(0) != 1:
+                # The kernels write out[i] at out + i: a strided view would get wrong elements
+                # written (and a stride-0 view, memory past its storage).
+                fail_if([f"out must be contiguous (stride 1); got stride {out.stride(0)}: pass out=None or a contiguous tensor"])
     if out is None:
         return torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
-    fail_if(tensor_reasons(out, "out", rank=1))
-    check_output(out, (x.shape[0],), x.dtype, x.device)
-    if out.shape[0] > 1 and out.stride(0) != 1:
-        # The kernels write out[i] at out + i: a strided view would get wrong elements written
-        # (and a stride-0 view, memory past its storage).
-        fail_if([f"out must be contiguous (stride 1); got stride {out.stride(0)}: pass out=None or a contiguous tensor"])
     return out
 
 

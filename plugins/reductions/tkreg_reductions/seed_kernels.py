@@ -16,10 +16,11 @@ import triton.language as tl
 
 from tkreg.aot import AotSpec
 from tkreg.capability import Arch
+from tkreg.fastlaunch import Launcher
 from tkreg.inputs import fail_if
 from tkreg.tma import TRITON_TYPE
 
-from .checks import default_block_m, next_power_of_2, validate, whole_row_reasons
+from .checks import MAX_BLOCK_ELEMENTS, default_block_m, next_power_of_2, validate, whole_row_reasons
 
 WARP_ELEMENTS = 256  # whole-row kernels: one warp per 256 elements of the block, 1 to 16 warps
 
@@ -70,18 +71,29 @@ def _warps_for(block_elements: int) -> int:
     return max(1, min(16, block_elements // WARP_ELEMENTS))
 
 
+# Launchers (tkreg.fastlaunch) per kernel and block sizes: a few per process, keyed by the block
+# sizes only (hashing a JITFunction hashes its source).
+_WHOLE_ROW: dict[int, Launcher] = {}
+_BLOCKED: dict[tuple[int, int], Launcher] = {}
+_ITERATIVE: dict[int, Launcher] = {}
+
+
 def sum_row(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """One row per program; the whole row is one block."""
     out = validate(x, out)
-    fail_if(whole_row_reasons("sum_row", 1, x))
     m, n = x.shape
     block_n = next_power_of_2(n)
-    sum_row_kernel[(m,)](x, out, m, n, x.stride(0), x.stride(1), BLOCK_N=block_n, num_warps=_warps_for(block_n))
+    if block_n > MAX_BLOCK_ELEMENTS:
+        fail_if(whole_row_reasons("sum_row", 1, x))
+    launch = _WHOLE_ROW.get(block_n)
+    if launch is None:
+        launch = _WHOLE_ROW[block_n] = Launcher(sum_row_kernel, BLOCK_N=block_n, num_warps=_warps_for(block_n))
+    launch((m,), x, out, m, n, *x.stride())
     return out
 
 
 def sum_row_blocked(x: torch.Tensor, out: torch.Tensor | None = None, BLOCK_M: int | None = None) -> torch.Tensor:
-    """BLOCK_M rows per program; the launch grid comes from the meta-parameters."""
+    """BLOCK_M rows per program."""
     out = validate(x, out)
     m, n = x.shape
     block_n = next_power_of_2(n)
@@ -89,14 +101,13 @@ def sum_row_blocked(x: torch.Tensor, out: torch.Tensor | None = None, BLOCK_M: i
         BLOCK_M = default_block_m(n)
     if BLOCK_M < 1 or BLOCK_M & (BLOCK_M - 1):
         raise ValueError(f"BLOCK_M must be a power of two >= 1, got {BLOCK_M}")
-    fail_if(whole_row_reasons("sum_row_blocked", BLOCK_M, x))
-
-    def grid(meta: dict[str, Any]) -> tuple[int]:
-        return (triton.cdiv(m, meta["BLOCK_M"]),)
-
-    sum_row_blocked_kernel[grid](
-        x, out, m, n, x.stride(0), x.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=block_n, num_warps=_warps_for(BLOCK_M * block_n)
-    )
+    if BLOCK_M * block_n > MAX_BLOCK_ELEMENTS:
+        fail_if(whole_row_reasons("sum_row_blocked", BLOCK_M, x))
+    launch = _BLOCKED.get((BLOCK_M, block_n))
+    if launch is None:
+        warps = _warps_for(BLOCK_M * block_n)
+        launch = _BLOCKED[BLOCK_M, block_n] = Launcher(sum_row_blocked_kernel, BLOCK_M=BLOCK_M, BLOCK_N=block_n, num_warps=warps)
+    launch((-(-m // BLOCK_M),), x, out, m, n, *x.stride())  # triton.cdiv costs microseconds on the host
     return out
 
 
@@ -108,7 +119,10 @@ def sum_row_blocked_iterative(x: torch.Tensor, out: torch.Tensor | None = None, 
         BLOCK_N = min(next_power_of_2(n), 2048)
     if BLOCK_N < 1 or BLOCK_N & (BLOCK_N - 1):
         raise ValueError(f"BLOCK_N must be a power of two >= 1, got {BLOCK_N}")
-    sum_row_blocked_iterative_kernel[(m,)](x, out, m, n, x.stride(0), x.stride(1), BLOCK_N=BLOCK_N, num_warps=_warps_for(BLOCK_N))
+    launch = _ITERATIVE.get(BLOCK_N)
+    if launch is None:
+        launch = _ITERATIVE[BLOCK_N] = Launcher(sum_row_blocked_iterative_kernel, BLOCK_N=BLOCK_N, num_warps=_warps_for(BLOCK_N))
+    launch((m,), x, out, m, n, *x.stride())
     return out
 
 

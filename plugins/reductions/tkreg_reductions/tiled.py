@@ -29,6 +29,7 @@ import triton.language as tl
 
 from tkreg.aot import AotSpec
 from tkreg.capability import Arch
+from tkreg.fastlaunch import Launcher
 from tkreg.tma import TRITON_TYPE
 
 from .checks import next_power_of_2, validate
@@ -111,6 +112,11 @@ def combine_kernel(P, Y, M, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S:
 COMBINE_ROWS = 32
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
 def _num_sms(x: torch.Tensor) -> int:
     return _sm_count(x.device.index) if x.device.type == "cuda" else DEFAULT_SMS
 
@@ -125,12 +131,12 @@ def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
     block_n = min(next_power_of_2(n), MAX_ROW_BYTES // itemsize)
     multi_step = n > block_n
     block_m = 1 if multi_step else max(1, min(next_power_of_2(m), TILE_BYTES // itemsize // block_n))
-    row_blocks = triton.cdiv(m, block_m)
-    col_blocks = triton.cdiv(n, block_n)
+    row_blocks = cdiv(m, block_m)
+    col_blocks = cdiv(n, block_n)
     split = 1
     bytes_per_row_block = block_m * n * itemsize
     if row_blocks < PROGRAMS_PER_SM * num_sms and bytes_per_row_block >= 2 * MIN_SPLIT_BYTES:
-        want = triton.cdiv(PROGRAMS_PER_SM * num_sms, row_blocks)
+        want = cdiv(PROGRAMS_PER_SM * num_sms, row_blocks)
         split = min(want, col_blocks, MAX_SPLIT, bytes_per_row_block // MIN_SPLIT_BYTES)
     stages = PIPELINE_STAGES if multi_step else 1
     return TiledConfig(block_m, block_n, max(1, split), warps_for(block_m, block_n, itemsize), stages)
@@ -140,6 +146,79 @@ def warps_for(block_m: int, block_n: int, itemsize: int) -> int:
     """Enough threads that each holds a few 16-byte vectors of the tile, at most 16 warps."""
     vectors = max(1, block_m * block_n * itemsize // VECTOR_BYTES)
     return max(1, min(MAX_WARPS, vectors // (VECTORS_PER_THREAD * THREADS_PER_WARP)))
+
+
+@dataclass(frozen=True)
+class TiledPlan:
+    """Everything sum_row_tiled derives from an input's shape and the parameters: the config,
+    the column range per split, the grids and the launchers."""
+
+    config: TiledConfig
+    cols_per_split: int
+    split: int
+    grid: tuple[int, int]
+    partial: Launcher
+    combine: Launcher | None
+    combine_grid: tuple[int]
+
+
+# (M, N, itemsize, SMs, parameters) -> TiledPlan, oldest dropped first beyond PLANS entries.
+PLANS = 1024
+_PLANS: dict[tuple[Any, ...], TiledPlan] = {}
+# tkreg.fastlaunch launchers per constexprs and num_warps: a few per process.
+_LAUNCHERS: dict[tuple[Any, ...], Launcher] = {}
+
+
+def _launcher(kernel_name: str, num_warps: int, **constexprs: int) -> Launcher:
+    key = (kernel_name, num_warps, *constexprs.values())
+    launch = _LAUNCHERS.get(key)
+    if launch is None:
+        kernel = partial_sums_kernel if kernel_name == "partial" else combine_kernel
+        launch = _LAUNCHERS[key] = Launcher(kernel, **constexprs, num_warps=num_warps)
+    return launch
+
+
+def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, ...]) -> TiledPlan:
+    """The plan for an (m, n) input; ``given``: BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES
+    (None: choose). Cached; ValueError for parameters the kernel cannot take."""
+    key = (m, n, itemsize, num_sms, *given)
+    found = _PLANS.get(key)
+    if found is not None:
+        return found
+    BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES = given
+    chosen = choose_config(m, n, itemsize, num_sms)
+    block_m, block_n = BLOCK_M or chosen.BLOCK_M, BLOCK_N or chosen.BLOCK_N
+    # Warps follow the tile actually used, also when the caller forces the block sizes.
+    warps = num_warps or (chosen.num_warps if (block_m, block_n) == (chosen.BLOCK_M, chosen.BLOCK_N) else None)
+    config = TiledConfig(
+        block_m,
+        block_n,
+        SPLIT or chosen.SPLIT,
+        warps or warps_for(block_m, block_n, itemsize),
+        NUM_STAGES or chosen.NUM_STAGES,
+    )
+    for name in ("BLOCK_M", "BLOCK_N"):
+        value = getattr(config, name)
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two >= 1, got {value}")
+    if not 1 <= config.SPLIT <= MAX_SPLIT:
+        raise ValueError(f"SPLIT must be in 1..{MAX_SPLIT}, got {config.SPLIT}")
+    # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail.
+    cols_per_split = cdiv(cdiv(n, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
+    split = cdiv(n, cols_per_split)
+    partial = _launcher(
+        "partial", config.num_warps, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, SPLIT=split, NUM_STAGES=config.NUM_STAGES
+    )
+    combine = None
+    if split > 1:
+        combine = _launcher("combine", 4, SPLIT=split, BLOCK_M=COMBINE_ROWS, BLOCK_S=next_power_of_2(split))
+    found = TiledPlan(
+        config, cols_per_split, split, (cdiv(m, config.BLOCK_M), split), partial, combine, (cdiv(m, COMBINE_ROWS),)
+    )
+    if len(_PLANS) >= PLANS:
+        del _PLANS[next(iter(_PLANS))]
+    _PLANS[key] = found
+    return found
 
 
 def sum_row_tiled(
@@ -153,46 +232,11 @@ def sum_row_tiled(
 ) -> torch.Tensor:
     out = validate(x, out)
     m, n = x.shape
-    chosen = choose_config(m, n, x.element_size(), _num_sms(x))
-    block_m, block_n = BLOCK_M or chosen.BLOCK_M, BLOCK_N or chosen.BLOCK_N
-    # Warps follow the tile actually used, also when the caller forces the block sizes.
-    warps = num_warps or (chosen.num_warps if (block_m, block_n) == (chosen.BLOCK_M, chosen.BLOCK_N) else None)
-    config = TiledConfig(
-        block_m,
-        block_n,
-        SPLIT or chosen.SPLIT,
-        warps or warps_for(block_m, block_n, x.element_size()),
-        NUM_STAGES or chosen.NUM_STAGES,
-    )
-    for name in ("BLOCK_M", "BLOCK_N"):
-        value = getattr(config, name)
-        if value < 1 or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two >= 1, got {value}")
-    if not 1 <= config.SPLIT <= MAX_SPLIT:
-        raise ValueError(f"SPLIT must be in 1..{MAX_SPLIT}, got {config.SPLIT}")
-    # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail.
-    cols_per_split = triton.cdiv(triton.cdiv(n, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
-    split = triton.cdiv(n, cols_per_split)
-    target = out if split == 1 else torch.empty(m * split, dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(m, config.BLOCK_M), split)
-    partial_sums_kernel[grid](
-        x,
-        target,
-        m,
-        n,
-        x.stride(0),
-        x.stride(1),
-        cols_per_split,
-        BLOCK_M=config.BLOCK_M,
-        BLOCK_N=config.BLOCK_N,
-        SPLIT=split,
-        NUM_STAGES=config.NUM_STAGES,
-        num_warps=config.num_warps,
-    )
-    if split > 1:
-        combine_kernel[(triton.cdiv(m, COMBINE_ROWS),)](
-            target, out, m, SPLIT=split, BLOCK_M=COMBINE_ROWS, BLOCK_S=next_power_of_2(split), num_warps=4
-        )
+    p = plan(m, n, x.element_size(), _num_sms(x), (BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES))
+    target = out if p.split == 1 else torch.empty(m * p.split, dtype=torch.float32, device=x.device)
+    p.partial(p.grid, x, target, m, n, *x.stride(), p.cols_per_split)
+    if p.combine is not None:
+        p.combine(p.combine_grid, target, out, m)
     return out
 
 

@@ -4,6 +4,7 @@ lookup with inputs TMA cannot take drops it, saying why, for the portable kernel
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -87,25 +88,15 @@ def test_lookup_puts_add_tma_first_for_tma_legal_inputs():
 
 
 def test_small_inputs_get_one_tile_per_program_unless_asked(monkeypatch):
-    """The launcher's run-length choice, seen through the plan it launches (no GPU: the kernel
-    call is replaced by a recorder, the SM count by an H100's)."""
+    """The launcher's run-length choice per input shape (the SM count is an H100's)."""
     from tkreg_elementwise import tma_launch
-    from tkreg_elementwise.testing import PosingAsCuda
-
-    launched = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **kw: launched.append((grid, args[5], kw["num_buffers"]))
 
     monkeypatch.setattr(tma_launch, "sm_count", lambda index: 132)
-    monkeypatch.setattr(tma_launch, "descriptor", lambda *args, **kw: None)
-    kernel = tma_launch.TmaAddKernel(**{**KERNEL.__dict__, "fn": Recorder()})
+    monkeypatch.setattr(tma_launch, "_SHAPE_PLANS", {})
 
     def run(m, n, **params):
-        a = PosingAsCuda(torch.empty(m, n))
-        kernel.launch(a, a, a, params)
-        return launched.pop()
+        plan, programs = KERNEL.shape_plan(torch.float32, m, n, 0, params)
+        return programs, plan.config["tiles_per_program"], plan.options["num_buffers"]
 
     # 1024^2 fp32: 256 tiles, 86 runs of 3 < 4 x 132 -> one tile per program, one slot
     assert run(1024, 1024) == ((256,), 1, 1)
@@ -113,3 +104,66 @@ def test_small_inputs_get_one_tile_per_program_unless_asked(monkeypatch):
     assert run(8192, 8192) == ((5462,), 3, 3)
     # asked for explicitly: kept
     assert run(1024, 1024, tiles_per_program=3) == ((86,), 3, 3)
+    assert KERNEL.shape_plan(torch.float32, 1024, 1024, 0, {}) is KERNEL.shape_plan(torch.float32, 1024, 1024, 0, {})
+
+
+class RecordingLauncher:
+    """Stands in for tkreg.fastlaunch.Launcher in tma_launch: records binds and launches."""
+
+    binds: list[tuple[Any, ...]] = []
+    launched: list[tuple[Any, ...]] = []
+
+    def __init__(self, fn, **fixed):
+        self.fixed = fixed
+
+    def bind(self, *args):
+        RecordingLauncher.binds.append(args)
+        return lambda grid: RecordingLauncher.launched.append((grid, args, self.fixed))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    from tkreg_elementwise import tma_launch
+
+    monkeypatch.setattr(tma_launch, "Launcher", RecordingLauncher)
+    for cache in ("_PLANS", "_SHAPE_PLANS", "_BOUND"):
+        monkeypatch.setattr(tma_launch, cache, {})
+    monkeypatch.setattr(tma_launch, "sm_count", lambda index: 132)
+    RecordingLauncher.binds, RecordingLauncher.launched = [], []
+    return RecordingLauncher
+
+
+def test_launch_hands_the_plan_and_descriptors_to_its_launcher(recorded):
+    """What launch() launches (no GPU: CPU tensors posing as CUDA tensors pass the full checks,
+    which read only metadata)."""
+    from tkreg_elementwise.testing import PosingAsCuda
+
+    from tkreg.fastlaunch import FrozenDescriptor
+
+    a, b, out = (PosingAsCuda(torch.empty(100, 64)) for _ in range(3))
+    assert add_tma(a, b, out, num_warps=2) is out
+    add_tma(a, b, out, num_warps=2)
+    (grid, args, fixed), again = recorded.launched
+    assert grid == (7,) and args[3:] == (100, 64, 1)  # 7 tiles of 16 x 256, one per program
+    assert [d.base.data_ptr() for d in args[:3]] == [a.data_ptr(), b.data_ptr(), out.data_ptr()]
+    assert all(isinstance(d, FrozenDescriptor) and d.block_shape == (16, 256) for d in args[:3])
+    assert all(x is y for x, y in zip(again[1][:3], args[:3]))  # the descriptors are cached
+    assert fixed["num_warps"] == 2 and fixed["XBLOCK"] == 16 and fixed["num_buffers"] == 1
+
+
+def test_a_repeated_call_repeats_the_prepared_launch(recorded, monkeypatch):
+    """Plain tensors (the fast checks pointed at the CPU) that match an earlier call in every
+    checked property reuse its bound launch; any difference prepares another."""
+    from tkreg import inputs
+
+    monkeypatch.setattr(inputs, "FAST_DEVICE_TYPE", "cpu")
+    a, b, out = torch.zeros(64, 64), torch.zeros(64, 64), torch.zeros(64, 64)
+    for _ in range(3):
+        add_tma(a, b, out)
+    assert len(recorded.binds) == 1 and len(recorded.launched) == 3
+    add_tma(a, b, torch.zeros(64, 64))  # another output address
+    add_tma(a, b, out, num_warps=8)  # other parameters
+    add_tma(a[:32], b[:32], out[:32])  # another shape
+    assert len(recorded.binds) == 4
+    with pytest.raises(InputError, match="a: base address is not 16-byte aligned"):
+        add_tma(torch.zeros(64 * 64 + 1)[1:].view(64, 64), b, out)

@@ -1,0 +1,212 @@
+"""What the Gluon matmul kernels (Hopper, Blackwell) share: the ``Counter`` aggregate over a ring of
+mbarriers, TMA descriptors for A, B (either layout, see :mod:`tkreg_matmul.layouts`) and C and their
+AOT signatures, the persistent grid, and the input checks (re-exported from :mod:`tkreg_matmul.checks`).
+
+No ``from __future__ import annotations`` here: ``@aggregate`` checks field values against the class
+annotations with isinstance, which needs them evaluated.
+"""
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.language.core import _aggregate as aggregate
+
+from tkreg.inputs import TMA_ALIGNMENT
+from tkreg.tma import descriptor_signature, shared_layout
+
+from .checks import gluon_matmul_inputs_reasons, validate_gluon_matmul
+from .layouts import NK
+
+__all__ = [
+    "CheckedDescriptor",
+    "Counter",
+    "ShapeClassCache",
+    "descriptor_signatures",
+    "gluon_matmul_inputs_reasons",
+    "launch_gluon",
+    "matmul_descriptors",
+    "num_sms",
+    "persistent_grid",
+    "validate_gluon_matmul",
+]
+
+
+@aggregate
+class Counter:
+    """Position in a ring of ``num_barriers`` mbarriers: the slot ``index`` and the ``phase`` to wait
+    for, which flips each time the ring wraps. A producer waiting on "empty" barriers starts at
+    phase 1 (fresh barriers count as completed once); a consumer of "ready" barriers at phase 0."""
+
+    index: gl.tensor
+    phase: gl.tensor
+    num_barriers: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, index, phase, num_barriers):
+        self.index = index
+        self.phase = phase
+        self.num_barriers = gl.constexpr(num_barriers)
+
+    @gluon.jit
+    def create(phase, num_barriers: gl.constexpr):
+        return Counter(gl.to_tensor(0), gl.to_tensor(phase), num_barriers)
+
+    @gluon.must_use_result
+    @gluon.jit
+    def next(self):
+        incr = self.index + 1
+        rollover = incr == self.num_barriers
+        index = gl.where(rollover, 0, incr)
+        phase = gl.where(rollover, self.phase ^ 1, self.phase)
+        return Counter(index, phase, self.num_barriers)
+
+
+class CheckedDescriptor(TensorDescriptor):
+    """A Gluon TensorDescriptor for a tensor whose TMA rules the launcher has just checked
+    (validate_gluon_matmul): built without TensorDescriptor's own re-check of the same rules, which
+    costs more than the launch itself at small sizes. Made per call, so it keeps no tensor alive."""
+
+    def __init__(self, base: Any, block_shape: list[int], layout: Any) -> None:
+        self.base = base
+        self.shape = base.shape
+        self.strides = base.stride()
+        self.block_shape = block_shape
+        self.layout = layout
+        self.padding = "zero"
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(block_shape: tuple[int, ...], dtype: Any) -> Any:
+    # NVMMASharedLayout.get_default_for costs microseconds: once per block shape and dtype.
+    return shared_layout(list(block_shape), dtype)
+
+
+def matmul_descriptors(a: Any, b: Any, c: Any, blocks: Mapping[str, Sequence[int]], b_layout: str) -> tuple[Any, Any, Any]:
+    """TMA descriptors for A, B and C with the block shapes in ``blocks`` ("a", "b", "c"). B is
+    described as stored: over B itself for ``kn``, over the (N, K) tensor W = B.t() for ``nk``. C is
+    the (M, N) output, or a 3-D split-K workspace. The caller has checked TMA's rules
+    (validate_gluon_matmul), so they are not checked again here."""
+    w = b.t() if b_layout == NK else b
+
+    def make(t: Any, name: str) -> CheckedDescriptor:
+        block = blocks[name]
+        return CheckedDescriptor(t, list(block), _layout(tuple(block), t.dtype))
+
+    return make(a, "a"), make(w, "b"), make(c, "c")
+
+
+def descriptor_signatures(dtype: str, blocks: Mapping[str, Sequence[int]], c_dtype: str | None = None) -> dict[str, str]:
+    """AOT signature entries ``a_desc``, ``b_desc``, ``c_desc`` matching :func:`matmul_descriptors`
+    (``c_dtype``: C's element type when it differs from the operands', e.g. a float32 workspace)."""
+    return {
+        "a_desc": descriptor_signature(dtype, blocks["a"]),
+        "b_desc": descriptor_signature(dtype, blocks["b"]),
+        "c_desc": descriptor_signature(c_dtype or dtype, blocks["c"]),
+    }
+
+
+class ShapeClassCache:
+    """What a launcher resolved for inputs that passed validate_gluon_matmul (B's layout, its plan),
+    by everything the checks read except the addresses: dtypes, shapes, strides and devices of A, B
+    and the output, plus the launcher's own ``extra`` key (its parameters). A hit still checks the
+    16-byte alignment of every address, so a misaligned tensor of a cached shape class gets the full
+    checks and their error. Bounded: cleared when full."""
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self.maxsize = maxsize
+        self._entries: dict[Any, Any] = {}
+
+    @staticmethod
+    def _key(a: Any, b: Any, out: Any, extra: Any) -> Any:
+        o = None if out is None else (out.dtype, out.shape, out.stride(), out.device)
+        return (a.dtype, b.dtype, a.shape, b.shape, a.stride(), b.stride(), a.device, b.device, o, extra)
+
+    def lookup(self, a: Any, b: Any, out: Any, extra: Any = None) -> Any:
+        """The stored value, or None (not seen, not tensors, or an address not 16-byte aligned)."""
+        try:
+            value = self._entries.get(self._key(a, b, out, extra))
+            if value is None or a.data_ptr() % TMA_ALIGNMENT or b.data_ptr() % TMA_ALIGNMENT:
+                return None
+            if out is not None and out.data_ptr() % TMA_ALIGNMENT:
+                return None
+        except (AttributeError, TypeError):
+            return None
+        return value
+
+    def store(self, a: Any, b: Any, out: Any, extra: Any, value: Any) -> None:
+        if len(self._entries) >= self.maxsize:
+            self._entries.clear()
+        self._entries[self._key(a, b, out, extra)] = value
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device: Any) -> int:
+    """Streaming multiprocessors of a CUDA device (cached per device)."""
+    import torch
+
+    index = device.index if getattr(device, "index", None) is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+def persistent_grid(M: int, N: int, BLOCK_M: int, BLOCK_N: int, device: Any, split_k: int = 1) -> tuple[int]:
+    """One program per SM, never more programs than work units (output tiles times K slices)."""
+    units = -(-M // BLOCK_M) * -(-N // BLOCK_N) * split_k
+    return (min(num_sms(device), units),)
+
+
+class GluonLaunch:
+    """Launches of one Gluon kernel whose runtime arguments are TMA descriptors, with the JIT's per-call
+    work (binding, specializing and hashing every argument into its cache key) done once per variant.
+
+    The first launch of a variant (the constexprs, the descriptors' block shapes and dtypes, the
+    current device) goes through ``kernel[grid](...)``, which compiles if needed and returns the
+    compiled kernel; later launches of that variant call the compiled kernel's launcher directly, as
+    the JIT itself does after its look-up (triton 3.6: ``CompiledKernel.run``). A Gluon descriptor
+    argument specializes on its block shape, dtype and layout only, never on the tensor's sizes or
+    address, so the variant key decides the compiled kernel. Launch hooks registered with
+    ``triton.knobs.runtime`` (profilers) always get the JIT path, which calls them."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self._compiled: dict[Any, Any] = {}
+
+    def __call__(self, grid: tuple[int, ...], descriptors: Sequence[Any], constexprs: Mapping[str, Any],
+                 options: Mapping[str, Any], variant: Any) -> None:  # fmt: skip
+        """``variant``: a hashable key for everything that decides the compiled kernel but the device:
+        the constexprs, options, block shapes and the descriptors' dtypes (the caller's plan knows them)."""
+        from triton import knobs
+        from triton.runtime import driver
+
+        device = driver.active.get_current_device()
+        key = (variant, device)
+        compiled = self._compiled.get(key)
+        hooked = knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls
+        if compiled is None or hooked:
+            compiled = self.kernel[grid](*descriptors, **constexprs, **options)
+            if compiled is not None and not hooked:
+                self._compiled[key] = compiled
+            return
+        args = (*descriptors, *(constexprs[name] for name in self.kernel.arg_names[len(descriptors) :]))
+        stream = driver.active.get_current_stream(device)
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+
+
+def launch_gluon(kernel: Any, grid: tuple[int, ...], descriptors: Sequence[Any], constexprs: Mapping[str, Any],
+                 options: Mapping[str, Any]) -> None:  # fmt: skip
+    """Launch a Gluon matmul kernel whose runtime arguments are its TMA descriptors (the JIT path)."""
+    kernel[grid](*descriptors, **constexprs, **options)

@@ -1,0 +1,101 @@
+"""The ``matmul`` op's contract: C = A @ B for A (M, K), B (K, N), fp16/bf16 inputs, accumulation in
+fp32, C in the input dtype. B is a row-major (K, N) tensor or the transposed view of a row-major
+(N, K) weight, as ``F.linear`` gets it. Everything here runs on torch alone (no triton)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tkreg import Cost, Tolerance
+from tkreg.tolerances import UNIT_ROUNDOFF
+
+# Layouts make_inputs understands (Case.variant):
+#   ""           contiguous A and B
+#   "strided"    A and B are column windows of wider row-major buffers: row strides larger than the
+#                row, base 16 bytes into the buffer; still TMA-legal (strides multiples of 16 bytes)
+#   "transposed" A and B are transposed views of row-major buffers (column-major, last stride != 1):
+#                only kernels with arbitrary strides take them, TMA kernels must refuse (A's layout)
+#   "weight"     A contiguous, B = W.t() for a contiguous (N, K) W: x @ W.t() with an nn.Linear weight
+#   "weight-strided"  as "weight", with W a column window of a wider buffer (padded rows, offset base)
+VARIANTS = ("", "strided", "transposed", "weight", "weight-strided")
+STRIDED_PAD = 8  # extra elements per row in the "strided" layout; with the row rounded up to 8, 16-byte strides
+STRIDED_OFFSET = 8  # first column of the window: 16 bytes for 2-byte dtypes, keeps the base TMA-aligned
+
+# Tolerance, from an error argument (the harness compares with the float64 result rounded once to
+# the output dtype d, ref = round_d(c)):
+#   The kernel computes r = sum of K products in fp32, then out = round_d(r). Products of fp16 or
+#   bf16 numbers are exact in fp32 (11 + 11 and 8 + 8 significand bits <= 24), so r - c = e is the
+#   fp32 summation error alone. Then |out - ref| <= |round_d(r) - r| + |e| + |c - round_d(c)|
+#   <= u_d |r| + |e| + u_d |c| ~= 2 u_d |ref| + |e|: one unit in the last place of the output (a
+#   last-bit flip when r and c straddle a rounding boundary) plus the accumulation error.
+#   rtol = 2 u_d covers the flip. atol covers |e|: by the probabilistic bound of Higham & Mary (SIAM
+#   J. Sci. Comput. 41(5), 2019, Thm 3.1), |e| <= lambda sqrt(K) u_32 sum_i |a_i b_i| with
+#   probability >= 1 - 2K exp(-lambda^2 / 2); lambda = 8 makes that 1 - 4e-10 per element at
+#   K = 16384. For make_inputs' standard normal a and b, E|a_i b_i| = E|a| E|b| = 2/pi, so
+#   sum_i |a_i b_i| ~= (2/pi) K and |e| <= lambda u_32 (2/pi) K^1.5: the table's atol is
+#   lambda u_32 (2/pi) and tolerance_scale gives K^1.5. This also covers tensor-core accumulators
+#   that align or truncate per k-step (biased error ~ u_32 * (K / k_step) * max partial sum, about
+#   a tenth of the bound at K = 2000). It stays far below what a real bug leaves: a wrong tile or a
+#   dropped K tail changes elements by O(1) (one product) to O(sqrt(K)); at K = 2000 atol = 0.027.
+ERROR_BOUND_LAMBDA = 8.0
+MEAN_ABS_NORMAL_PRODUCT = 2.0 / math.pi
+DTYPES = ("float16", "bfloat16")
+TOLERANCES: dict[str, Tolerance] = {
+    d: Tolerance(ERROR_BOUND_LAMBDA * UNIT_ROUNDOFF["float32"] * MEAN_ABS_NORMAL_PRODUCT, 2 * UNIT_ROUNDOFF[d]) for d in DTYPES
+}
+
+
+def tolerance_scale(dims: Mapping[str, int]) -> float:
+    """K^1.5: sqrt(K) from the probabilistic bound times K from sum |a_i b_i| (see above)."""
+    return float(dims["K"]) ** 1.5
+
+
+def reference(a: Any, b: Any) -> Any:
+    return a @ b
+
+
+def make_inputs(case: Any, dtype: Any, generator: Any, device: Any) -> tuple[Any, Any]:
+    import torch
+
+    M, N, K = case["M"], case["N"], case["K"]
+
+    def randn(*shape: int) -> Any:
+        return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
+
+    if case.variant == "":
+        return randn(M, K), randn(K, N)
+    if case.variant == "strided":
+        return _window(randn, M, K), _window(randn, K, N)
+    if case.variant == "transposed":
+        return randn(K, M).t(), randn(N, K).t()
+    if case.variant == "weight":
+        return randn(M, K), randn(N, K).t()
+    if case.variant == "weight-strided":
+        return randn(M, K), _window(randn, N, K).t()
+    raise ValueError(f"matmul: unknown case variant {case.variant!r}; known: {', '.join(repr(v) for v in VARIANTS)}")
+
+
+def _window(randn: Any, rows: int, cols: int) -> Any:
+    width = STRIDED_OFFSET + -(-cols // STRIDED_PAD) * STRIDED_PAD + STRIDED_PAD
+    return randn(rows, width)[:, STRIDED_OFFSET : STRIDED_OFFSET + cols]
+
+
+def make_output(a: Any, b: Any) -> Any:
+    import torch
+
+    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+
+
+def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
+    M, N, K = dims["M"], dims["N"], dims["K"]
+    return Cost(bytes=(M * K + K * N + M * N) * itemsize, flops=2 * M * N * K)
+
+
+def peer(a: Any, b: Any, out: Any) -> Any:
+    """torch.matmul with B as given: cuBLAS reads a transposed view of a weight as stored (its
+    "TN" case), as F.linear does."""
+    import torch
+
+    return torch.matmul(a, b, out=out)

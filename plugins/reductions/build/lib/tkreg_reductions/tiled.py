@@ -1,0 +1,273 @@
+"""``sum_row_tiled``: a row sum that reads memory at bandwidth whatever the shape.
+
+One kernel covers every shape, so lookup needs no shape-specific dispatch between kernels:
+
+- Each program owns BLOCK_M rows and walks their columns in BLOCK_N steps, accumulating a
+  (BLOCK_M, BLOCK_N) fp32 tile elementwise and reducing it once at the end: every step is one
+  wide, coalesced load of BLOCK_M x BLOCK_N elements with no dependency on the previous step.
+  Narrow rows (N = 32) get many rows per program, so each load is still tens of kilobytes.
+- Full column blocks are loaded with only the row mask (constant along a row, so loads stay
+  16 bytes wide); the ragged last block is a separate masked step.
+- When there are too few row blocks to give every SM several programs (32 x 1048576), each row
+  block is split into SPLIT column ranges; every program writes an fp32 partial sum, and a second
+  tiny kernel adds the partials of each row in a fixed order. No atomics: the result is the same
+  bit for bit from run to run.
+
+The launcher picks BLOCK_M, BLOCK_N, SPLIT and num_warps per shape (see ``choose_config``); the
+choices are measured on an H100, see BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from tkreg.aot import AotSpec
+from tkreg.capability import Arch
+from tkreg.fastlaunch import Launcher
+from tkreg.tma import TRITON_TYPE
+
+from .checks import next_power_of_2, validate
+
+# Bytes one program loads per column step: enough independent 16-byte loads in flight per SM.
+TILE_BYTES = 16384
+# Widest column block: 16 KB of a row per step; wider rows take several steps, one row per
+# program (run 3 on an H100, 2026-11-22: 16384^2 read at 3050 GB/s fp32 / 2960 bf16 this way,
+# against 2750-2900 with 4 KB steps over 2-8 rows).
+MAX_ROW_BYTES = 16384
+# Programs per SM below which a shape is split across columns (several resident per SM).
+PROGRAMS_PER_SM = 4
+# Do not split unless a program would read at least this much: splitting adds a launch.
+MIN_SPLIT_BYTES = 64 * 1024
+MAX_SPLIT = 1024  # the second pass reduces all partials of a row in one block
+PIPELINE_STAGES = 3  # column blocks in flight per program when a row takes several steps
+VECTOR_BYTES = 16  # one ld.global.v4 per thread
+VECTORS_PER_THREAD = 4  # loads in flight per thread per step
+THREADS_PER_WARP = 32
+MAX_WARPS = 16
+DEFAULT_SMS = 132  # H100 SXM; used only where no GPU can be asked (the CPU interpreter)
+
+
+@dataclass(frozen=True)
+class TiledConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    SPLIT: int
+    num_warps: int
+    NUM_STAGES: int = 1
+
+
+@triton.jit
+def partial_sums_kernel(
+    X,
+    P,
+    M,
+    N,
+    stride_m,
+    stride_n,
+    cols_per_split,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    col_start = tl.program_id(1) * cols_per_split
+    col_end = tl.minimum(col_start + cols_per_split, N)
+    cols = tl.arange(0, BLOCK_N)
+    row_ptr = X + rows.to(tl.int64)[:, None] * stride_m
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    full_end = col_start + (col_end - col_start) // BLOCK_N * BLOCK_N
+    # With NUM_STAGES > 1 triton pipelines the loop: later column blocks are already being copied
+    # into shared memory (16-byte cp.async) while this one is added, so more bytes are in flight.
+    for start in tl.range(col_start, full_end, BLOCK_N, num_stages=NUM_STAGES):
+        ptrs = row_ptr + (start + cols)[None, :].to(tl.int64) * stride_n
+        acc += tl.load(ptrs, mask=row_ok[:, None], other=0.0).to(tl.float32)
+    if full_end < col_end:
+        tail = full_end + cols
+        ptrs = row_ptr + tail[None, :].to(tl.int64) * stride_n
+        acc += tl.load(ptrs, mask=row_ok[:, None] & (tail < col_end)[None, :], other=0.0).to(tl.float32)
+    total = tl.sum(acc, axis=1)
+    if SPLIT == 1:
+        tl.store(P + rows, total.to(P.dtype.element_ty), mask=row_ok)
+    else:
+        tl.store(P + rows * SPLIT + tl.program_id(1), total, mask=row_ok)
+
+
+@triton.jit
+def combine_kernel(P, Y, M, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    parts = tl.arange(0, BLOCK_S)
+    mask = (rows < M)[:, None] & (parts < SPLIT)[None, :]
+    partial = tl.load(P + rows[:, None] * SPLIT + parts[None, :], mask=mask, other=0.0)
+    tl.store(Y + rows, tl.sum(partial, axis=1).to(Y.dtype.element_ty), mask=rows < M)
+
+
+COMBINE_ROWS = 32
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
+def _num_sms(x: torch.Tensor) -> int:
+    return _sm_count(x.device.index) if x.device.type == "cuda" else DEFAULT_SMS
+
+
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()).multi_processor_count
+
+
+def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
+    """Tile and split for an (m, n) input; measured choices, see the module docstring."""
+    block_n = min(next_power_of_2(n), MAX_ROW_BYTES // itemsize)
+    multi_step = n > block_n
+    block_m = 1 if multi_step else max(1, min(next_power_of_2(m), TILE_BYTES // itemsize // block_n))
+    row_blocks = cdiv(m, block_m)
+    col_blocks = cdiv(n, block_n)
+    split = 1
+    bytes_per_row_block = block_m * n * itemsize
+    if row_blocks < PROGRAMS_PER_SM * num_sms and bytes_per_row_block >= 2 * MIN_SPLIT_BYTES:
+        want = cdiv(PROGRAMS_PER_SM * num_sms, row_blocks)
+        split = min(want, col_blocks, MAX_SPLIT, bytes_per_row_block // MIN_SPLIT_BYTES)
+    stages = PIPELINE_STAGES if multi_step else 1
+    return TiledConfig(block_m, block_n, max(1, split), warps_for(block_m, block_n, itemsize), stages)
+
+
+def warps_for(block_m: int, block_n: int, itemsize: int) -> int:
+    """Enough threads that each holds a few 16-byte vectors of the tile, at most 16 warps."""
+    vectors = max(1, block_m * block_n * itemsize // VECTOR_BYTES)
+    return max(1, min(MAX_WARPS, vectors // (VECTORS_PER_THREAD * THREADS_PER_WARP)))
+
+
+@dataclass(frozen=True)
+class TiledPlan:
+    """Everything sum_row_tiled derives from an input's shape and the parameters: the config,
+    the column range per split, the grids and the launchers."""
+
+    config: TiledConfig
+    cols_per_split: int
+    split: int
+    grid: tuple[int, int]
+    partial: Launcher
+    combine: Launcher | None
+    combine_grid: tuple[int]
+
+
+# (M, N, itemsize, SMs, parameters) -> TiledPlan, oldest dropped first beyond PLANS entries.
+PLANS = 1024
+_PLANS: dict[tuple[Any, ...], TiledPlan] = {}
+# tkreg.fastlaunch launchers per constexprs and num_warps: a few per process.
+_LAUNCHERS: dict[tuple[Any, ...], Launcher] = {}
+
+
+def _launcher(kernel_name: str, num_warps: int, **constexprs: int) -> Launcher:
+    key = (kernel_name, num_warps, *constexprs.values())
+    launch = _LAUNCHERS.get(key)
+    if launch is None:
+        kernel = partial_sums_kernel if kernel_name == "partial" else combine_kernel
+        launch = _LAUNCHERS[key] = Launcher(kernel, **constexprs, num_warps=num_warps)
+    return launch
+
+
+def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, ...]) -> TiledPlan:
+    """The plan for an (m, n) input; ``given``: BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES
+    (None: choose). Cached; ValueError for parameters the kernel cannot take."""
+    key = (m, n, itemsize, num_sms, *given)
+    found = _PLANS.get(key)
+    if found is not None:
+        return found
+    BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES = given
+    chosen = choose_config(m, n, itemsize, num_sms)
+    block_m, block_n = BLOCK_M or chosen.BLOCK_M, BLOCK_N or chosen.BLOCK_N
+    # Warps follow the tile actually used, also when the caller forces the block sizes.
+    warps = num_warps or (chosen.num_warps if (block_m, block_n) == (chosen.BLOCK_M, chosen.BLOCK_N) else None)
+    config = TiledConfig(
+        block_m,
+        block_n,
+        SPLIT or chosen.SPLIT,
+        warps or warps_for(block_m, block_n, itemsize),
+        NUM_STAGES or chosen.NUM_STAGES,
+    )
+    for name in ("BLOCK_M", "BLOCK_N"):
+        value = getattr(config, name)
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two >= 1, got {value}")
+    if not 1 <= config.SPLIT <= MAX_SPLIT:
+        raise ValueError(f"SPLIT must be in 1..{MAX_SPLIT}, got {config.SPLIT}")
+    # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail.
+    cols_per_split = cdiv(cdiv(n, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
+    split = cdiv(n, cols_per_split)
+    partial = _launcher(
+        "partial", config.num_warps, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, SPLIT=split, NUM_STAGES=config.NUM_STAGES
+    )
+    combine = None
+    if split > 1:
+        combine = _launcher("combine", 4, SPLIT=split, BLOCK_M=COMBINE_ROWS, BLOCK_S=next_power_of_2(split))
+    found = TiledPlan(
+        config, cols_per_split, split, (cdiv(m, config.BLOCK_M), split), partial, combine, (cdiv(m, COMBINE_ROWS),)
+    )
+    if len(_PLANS) >= PLANS:
+        del _PLANS[next(iter(_PLANS))]
+    _PLANS[key] = found
+    return found
+
+
+def sum_row_tiled(
+    x: torch.Tensor,
+    out: torch.Tensor | None = None,
+    BLOCK_M: int | None = None,
+    BLOCK_N: int | None = None,
+    SPLIT: int | None = None,
+    num_warps: int | None = None,
+    NUM_STAGES: int | None = None,
+) -> torch.Tensor:
+    out = validate(x, out)
+    m, n = x.shape
+    p = plan(m, n, x.element_size(), _num_sms(x), (BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES))
+    target = out if p.split == 1 else torch.empty(m * p.split, dtype=torch.float32, device=x.device)
+    p.partial(p.grid, x, target, m, n, *x.stride(), p.cols_per_split)
+    if p.combine is not None:
+        p.combine(p.combine_grid, target, out, m)
+    return out
+
+
+def aot_sum_row_tiled(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
+    """The contiguous, 16-byte aligned single-pass case, at the config given (or 65536 x 1024's)."""
+    itemsize = 4 if dtype == "float32" else 2
+    chosen = choose_config(65536, 1024, itemsize, DEFAULT_SMS)
+    block_m = int(config.get("BLOCK_M", chosen.BLOCK_M))
+    block_n = int(config.get("BLOCK_N", chosen.BLOCK_N))
+    split = int(config.get("SPLIT", 1))
+    ptr = f"*{TRITON_TYPE[dtype]}"
+    signature = {
+        "X": ptr,
+        "P": ptr if split == 1 else "*fp32",
+        "M": "i32",
+        "N": "i32",
+        "stride_m": "i32",
+        "stride_n": "constexpr",
+        "cols_per_split": "i32",
+        "BLOCK_M": "constexpr",
+        "BLOCK_N": "constexpr",
+        "SPLIT": "constexpr",
+        "NUM_STAGES": "constexpr",
+    }
+    stages = int(config.get("NUM_STAGES", 1))
+    constexprs = {"stride_n": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "SPLIT": split, "NUM_STAGES": stages}
+    num_warps = int(config.get("num_warps", warps_for(block_m, block_n, itemsize)))
+    return AotSpec(
+        partial_sums_kernel,
+        signature,
+        constexprs,
+        {"num_warps": num_warps},
+        aligned=("X", "P", "M", "N", "stride_m", "cols_per_split"),
+    )

@@ -1,0 +1,590 @@
+"""tkreg.fastlaunch on a machine with no GPU.
+
+The launch path is exercised against a fake GPU: triton's real ``JITFunction.run`` (its binder,
+cache key and argument packing) runs with a fake driver (device, stream, target, TMA encoding)
+and a fake compiler whose "compiled kernel" has triton's real CudaLauncher wrapper around a
+recorder in place of the C launch function. So the ordinary path and the fast path hand their
+arguments to the same recorder, and the tests compare what each would have launched. The
+specialization key is tested against triton's own cache key; the interpreter fallback runs real
+kernels on the CPU. The end-to-end check on a GPU is scripts/gpu/launch_overhead.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import random
+import re
+import weakref
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+from triton.backends.compiler import BaseBackend, GPUTarget
+from triton.backends.nvidia.driver import CudaLauncher, wrap_handle_tensordesc
+from triton.compiler import make_backend
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonJITFunction
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.driver import DriverConfig
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction, compute_cache_key, create_function_from_signature, native_specialize_impl
+
+from tkreg import fastlaunch
+from tkreg.fastlaunch import FrozenDescriptor, Launcher, TensorAddress
+
+SCALE = 3  # a module global the scaled kernel reads; changing it must not go unnoticed
+
+# -- kernels (made JITFunctions explicitly, so TRITON_INTERPRET in the environment changes nothing)
+
+
+def _add(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+def _scaled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * SCALE, mask=mask)
+
+
+def _mixed(x_ptr, BLOCK: tl.constexpr, y_ptr, n, FLAG: tl.constexpr = False):
+    """A constexpr between runtime parameters, and a defaulted one."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def _copy_desc(a_desc, c_desc, M, N, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr):
+    pass
+
+
+add_kernel = JITFunction(_add)
+scaled_kernel = JITFunction(_scaled)
+mixed_kernel = JITFunction(_mixed)
+quiet_add_kernel = JITFunction(_add, do_not_specialize=["n"], do_not_specialize_on_alignment=["b_ptr"])
+desc_kernel = GluonJITFunction(_copy_desc, do_not_specialize=["M", "N"])
+CUDA_BACKEND = make_backend(GPUTarget("cuda", 90, 32))
+
+
+def smem_layout(bits: int = 32, swizzle: int = 0) -> Any:
+    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=bits, rank=2)
+
+
+# -- the fake GPU ------------------------------------------------------------------------------
+
+
+class FakeTmaUtils:
+    def __init__(self) -> None:
+        self.encoded: list[tuple[Any, ...]] = []
+
+    def fill_tma_descriptor(self, ptr, swizzle, elem_size, elem_type, block_size, shape, strides, padding):
+        self.encoded.append((ptr, tuple(shape), tuple(strides)))
+        return ("CUtensorMap", ptr, swizzle, elem_size, elem_type, tuple(block_size), tuple(shape), tuple(strides), padding)
+
+
+class FakeDriver:
+    def __init__(self) -> None:
+        self.device = 0
+        self.utils = FakeTmaUtils()
+
+    def get_current_device(self) -> int:
+        return self.device
+
+    def get_current_stream(self, device: int) -> int:
+        return 1000 + device
+
+    def get_current_target(self) -> GPUTarget:
+        return GPUTarget("cuda", 90, 32)
+
+
+class FakeGpu:
+    """Records every call of the C launch function and every compile."""
+
+    def __init__(self, driver: FakeDriver) -> None:
+        self.driver = driver
+        self.launches: list[tuple[Any, ...]] = []
+        self.compiles: list[Any] = []
+        self.scratch = 0
+
+    def c_launch(self, *args: Any) -> None:
+        # what triton's C launcher does with the hooks: call them around the launch
+        enter, leave, metadata = args[11], args[12], args[10]
+        if enter is not None:
+            enter(metadata)
+        self.launches.append(args)
+        if leave is not None:
+            leave(metadata)
+
+    def compile(self, src: Any, target: Any = None, options: Any = None) -> Any:
+        self.compiles.append(src)
+        signature = dict(src.signature)
+        metas = [
+            {"swizzle": 0, "elem_size": 4, "elem_type": 7, "block_size": _block_of(s), "fp4_padded": False}
+            for s in signature.values()
+            if isinstance(s, str) and s.startswith("tensordesc")
+        ]
+        run = CudaLauncher.__new__(CudaLauncher)
+        run.num_ctas = 1
+        run.launch = wrap_handle_tensordesc(self.c_launch, signature, metas or None)
+        run.global_scratch_size = self.scratch
+        run.global_scratch_align = 1
+        run.profile_scratch_size = 0
+        run.profile_scratch_align = 1
+        run.launch_cooperative_grid = False
+        run.launch_pdl = False
+        return SimpleNamespace(
+            function=0xF000 + len(self.compiles),
+            packed_metadata=(options["num_warps"], 1, 0),
+            src=src,
+            metadata=SimpleNamespace(tensordesc_meta=metas or None),
+            run=run,
+            launch_metadata=lambda grid, stream, *args: None,
+        )
+
+
+def _block_of(signature: str) -> list[int]:
+    """[16, 64] from 'tensordesc<fp32[16, 64],...>'."""
+    return [int(d) for d in re.findall(r"\d+", signature.split("[")[1].split("]")[0])]
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """triton's launch path on a fake GPU; every kernel above starts with empty caches."""
+    fake = FakeDriver()
+    record = FakeGpu(fake)
+    monkeypatch.setattr(DriverConfig, "active", property(lambda self: fake))
+    monkeypatch.setattr(fastlaunch, "_current_device", fake.get_current_device)
+    monkeypatch.setattr(fastlaunch, "_current_stream", fake.get_current_stream)
+    for kernel in (add_kernel, scaled_kernel, mixed_kernel, quiet_add_kernel, desc_kernel):
+        kernel.device_caches.clear()
+        monkeypatch.setattr(kernel, "create_binder", _binder_with(kernel, record))
+    return record
+
+
+def _binder_with(kernel: JITFunction, record: FakeGpu) -> Any:
+    original = type(kernel).create_binder
+
+    def create_binder():
+        result = original(kernel)
+        kernel.compile = record.compile  # JITFunction._do_compile calls self.compile
+        return result
+
+    kernel.device_caches.default_factory = create_binder
+    return create_binder
+
+
+def without_hooks(launch: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A recorded C launch minus launch metadata and hooks (the ordinary path passes triton's
+    empty hook chains and metadata for them; the fast path passes None: the same launch)."""
+    return launch[:10] + launch[13:]
+
+
+def tensors(*shape: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    return [torch.zeros(*shape, dtype=dtype) for _ in range(3)]
+
+
+# -- the specialization key ----------------------------------------------------------------------
+
+
+def _arg_pool() -> list[Any]:
+    base = torch.zeros(64, dtype=torch.float32)
+    pool: list[Any] = [base, base[1:], base[4:], base[3:]]
+    pool += [torch.zeros(8, dtype=d) for d in (torch.float16, torch.bfloat16, torch.int32, torch.int8, torch.float64)]
+    pool += [torch.zeros(8, dtype=torch.float16)[1:], torch.zeros(16, dtype=torch.int8)[8:]]
+    pool += [0, 1, 2, 15, 16, 17, 32, -1, -16, -17, 2**31 - 1, 2**31, 2**31 + 16, -(2**31), -(2**31) - 1, -(2**31) - 16]
+    pool += [2**63 - 1, 2**63, 2**64 - 16, 2**64 - 1, None, True, False, 1.0, 1.5]
+    return pool
+
+
+def _triton_key(kernel: JITFunction, args: tuple[Any, ...], fixed: dict[str, Any]) -> str | None:
+    binder = create_function_from_signature(kernel.signature, kernel.params, CUDA_BACKEND)
+    try:
+        _, specialization, options = binder(*args, **fixed, debug=None, instrumentation_mode="")
+    except Exception:  # triton itself cannot bind these
+        return None
+    return compute_cache_key({}, specialization, options)
+
+
+@pytest.mark.parametrize("kernel", [add_kernel, quiet_add_kernel], ids=["add", "do_not_specialize"])
+def test_equal_keys_mean_triton_compiles_the_same_kernel(kernel):
+    """The launcher's key refines triton's: wherever two argument lists get one launcher key,
+    triton's own cache key (the binder's specialization plus options) is one too."""
+    launcher = Launcher(kernel, BLOCK=128, num_warps=4)
+    key = fastlaunch.make_key_function(launcher._flags, CUDA_BACKEND)
+    pool = _arg_pool()
+    rng = random.Random(0)
+    combos = {tuple(rng.choice(pool) for _ in range(4)) for _ in range(3000)}
+    combos |= {(pool[0], pool[0], pool[0], x) for x in pool} | {(x, pool[0], pool[0], 16) for x in pool}
+    triton_keys: dict[Any, set[str]] = {}
+    checked = 0
+    for args in combos:
+        theirs = _triton_key(kernel, args, {"BLOCK": 128, "num_warps": 4})
+        if theirs is None:
+            continue
+        triton_keys.setdefault(key(*args), set()).add(theirs)
+        checked += 1
+    assert checked > 1000
+    split = {k: v for k, v in triton_keys.items() if len(v) > 1}
+    assert not split, f"one launcher key, several triton keys: {split}"
+    # and the key is not trivially fine: aligned fp32 pointers with n % 16 == 0 share one
+    a = torch.zeros(64)
+    assert key(a, a, a, 16) == key(torch.zeros(8), a, a, 32)
+
+
+def test_key_is_each_arguments_triton_specialization():
+    flags = ((False, True, True), (True, False, True), (False, True, False), (False, False, False))
+    key = fastlaunch.make_key_function(flags, CUDA_BACKEND)
+    x = torch.zeros(8)[1:]
+    for args in [(x, x, x, 16), (torch.zeros(4), 1, 17, None), (2**40, x, 1, 1.5)]:
+        assert key(*args) == tuple(native_specialize_impl(CUDA_BACKEND, a, *f) for a, f in zip(args, flags))
+    with pytest.raises(TypeError):
+        key(x, x)  # the wrong number of arguments: the launcher takes the ordinary path
+
+
+def test_key_tells_apart_what_triton_specializes_on():
+    key = fastlaunch.make_key_function(Launcher(add_kernel, BLOCK=128)._flags, CUDA_BACKEND)
+    a = torch.zeros(64)
+    cases = {
+        "base": (a, a, a, 64),
+        "dtype": (a.half(), a, a, 64),
+        "misaligned pointer": (a, a[1:], a, 64),
+        "n not a multiple of 16": (a, a, a, 65),
+        "n == 1": (a, a, a, 1),
+        "n needs 64 bits": (a, a, a, 2**32),
+    }
+    keys = {name: key(*args) for name, args in cases.items()}
+    assert len(set(keys.values())) == len(cases), keys
+
+
+# -- FrozenDescriptor ----------------------------------------------------------------------------
+
+
+def test_frozen_descriptor_specializes_as_triton_does_whatever_the_flags():
+    t = torch.zeros(64, 256)
+    frozen = FrozenDescriptor.of(t, [16, 256], smem_layout())
+    plain = TensorDescriptor.from_tensor(t, [16, 256], smem_layout())
+    specs = {native_specialize_impl(backend, d, *flags)
+             for backend in (BaseBackend, CUDA_BACKEND) for d in (frozen, plain)
+             for flags in itertools.product([False, True], repeat=3)}
+    assert specs == {frozen.launch_spec}
+    assert frozen.launch_spec[0].startswith("tensordesc<fp32[16, 256],NVMMASharedLayout(")
+
+
+def test_frozen_descriptor_cannot_change_and_keeps_no_tensor_alive():
+    t = torch.zeros(32, 64)
+    alive = weakref.ref(t)
+    d = FrozenDescriptor.of(t, (8, 64), smem_layout())
+    assert (d.base.data_ptr(), d.shape, d.strides, d.block_shape) == (t.data_ptr(), (32, 64), (64, 1), (8, 64))
+    for name, value in [("shape", (1, 1)), ("base", t), ("layout", smem_layout(swizzle=128)), ("launch_spec", None)]:
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(d, name, value)
+    with pytest.raises(AttributeError, match="immutable"):
+        del d.block_shape
+    del t
+    gc.collect()
+    assert alive() is None
+
+
+def test_frozen_descriptor_keeps_triton_rules():
+    with pytest.raises(AssertionError, match="16-byte aligned"):
+        FrozenDescriptor.of(torch.zeros(8, 64)[:, 1:], [8, 32], smem_layout())
+    assert repr(TensorAddress(0x40, torch.float16)) == "TensorAddress(0x40, torch.float16)"
+
+
+# -- argument binding ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kernel", "fixed", "args"),
+    [
+        (add_kernel, {"BLOCK": 64, "num_warps": 2}, ("A", "B", "C", 7)),
+        (mixed_kernel, {"BLOCK": 32}, ("X", "Y", 5)),
+        (mixed_kernel, {"BLOCK": 32, "FLAG": True}, ("X", "Y", 5)),
+    ],
+)
+def test_arguments_reach_the_kernel_in_its_order(kernel, fixed, args):
+    """full_args is what triton's binder binds, parameter by parameter."""
+    launcher = Launcher(kernel, **fixed)
+    binder = create_function_from_signature(kernel.signature, kernel.params, CUDA_BACKEND)
+    values = [torch.zeros(4) if isinstance(a, str) else a for a in args]
+    bound, _, _ = binder(*[None] * 0, **dict(zip(launcher.runtime_names, values)), **fixed)
+    assert launcher.full_args(tuple(values)) == tuple(bound.values())
+
+
+def test_constructor_refuses_what_cannot_be_fixed_or_left_out():
+    with pytest.raises(ValueError, match="constexpr parameter 'BLOCK' must be given"):
+        Launcher(add_kernel)
+    with pytest.raises(ValueError, match=r"\['n'\] are not constexpr parameters"):
+        Launcher(add_kernel, BLOCK=64, n=3)
+
+
+# -- the fast path on the fake GPU ---------------------------------------------------------------
+
+
+def test_second_launch_goes_straight_to_the_compiled_kernel(gpu):
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(1000)
+    before = fastlaunch.ordinary_launches()
+    launch((8,), a, b, c, 1000)
+    launch((8,), a, b, c, 1000)
+    assert launch.slow_calls == 1 and len(gpu.compiles) == 1 and fastlaunch.ordinary_launches() == before + 1
+    slow, fast = gpu.launches
+    assert without_hooks(fast) == without_hooks(slow)
+    assert fast[:5] == (8, 1, 1, 1000, 0xF001)  # grid, the current stream, the compiled function
+    assert fast[10:13] == (None, None, None)
+    assert fast[13:] == (a, b, c, 1000, 128)  # every parameter, the constexpr included
+
+
+def test_each_new_specialization_takes_the_ordinary_path_once(gpu):
+    """A dtype, an alignment, a size triton specializes on: compiled (by triton) and launched
+    through the ordinary path the first time, then fast, each with its own compiled kernel."""
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a = torch.zeros(4096)
+    cases = [(a, a, a, 4096), (a.half(), a.half(), a.half(), 4096), (a[1:], a, a, 4095), (a, a, a, 4095), (a, a, a, 1)]
+    for args in cases:
+        for _ in range(3):
+            launch((4,), *args)
+    assert launch.slow_calls == len(cases) == len(gpu.compiles) == launch.entry_count()
+    by_case = [{call[4] for call in gpu.launches[3 * i : 3 * i + 3]} for i in range(len(cases))]
+    assert all(len(functions) == 1 for functions in by_case)
+    assert len(set.union(*by_case)) == len(cases)
+
+
+def test_launches_match_the_ordinary_path_for_every_grid_shape(gpu):
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    for grid in [(3,), (3, 2), (3, 2, 5)]:
+        launch(grid, a, b, c, 64)
+        with fastlaunch.disabled():
+            launch(grid, a, b, c, 64)
+    pairs = list(zip(gpu.launches[::2], gpu.launches[1::2]))
+    assert all(without_hooks(f) == without_hooks(s) for f, s in pairs)
+    assert [p[0][:3] for p in pairs] == [(3, 1, 1), (3, 2, 1), (3, 2, 5)]
+
+
+def test_interleaved_and_default_constexprs(gpu):
+    launch = Launcher(mixed_kernel, BLOCK=32)
+    x, y, _ = tensors(40)
+    launch((2,), x, y, 40)
+    launch((2,), x, y, 40)
+    slow, fast = gpu.launches
+    assert without_hooks(fast) == without_hooks(slow)
+    assert fast[13:] == (x, 32, y, 40, False)
+
+
+def test_hooks_see_every_launch(gpu):
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    launch((1,), a, b, c, 64)
+    seen = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    try:
+        for _ in range(3):
+            launch((1,), a, b, c, 64)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(seen.append)
+    assert len(seen) == 3 and launch.slow_calls == 4
+    launch((1,), a, b, c, 64)
+    assert launch.slow_calls == 4  # fast again once the hook is gone
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["disabled", "callable grid", "debug", "pre-run hook", "exit hook", "hook function"],
+)
+def test_ordinary_path_where_the_fast_paths_assumptions_fail(gpu, monkeypatch, setting):
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    launch((1,), a, b, c, 64)
+    grid: Any = (1,)
+    if setting == "disabled":
+        monkeypatch.setattr(fastlaunch, "_enabled", False)
+    elif setting == "callable grid":
+        grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731
+    elif setting == "debug":
+        monkeypatch.setattr(knobs.runtime, "debug", True)
+    elif setting == "pre-run hook":
+        monkeypatch.setattr(add_kernel, "pre_run_hooks", [lambda *args, **kw: None])
+    elif setting == "exit hook":
+        monkeypatch.setattr(knobs.runtime.launch_exit_hook, "calls", [lambda metadata: None])
+    elif setting == "hook function":
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    launch(grid, a, b, c, 64)
+    assert launch.slow_calls == 2
+
+
+def test_a_changed_global_is_reported_as_triton_reports_it(gpu, monkeypatch):
+    launch = Launcher(scaled_kernel, BLOCK=64)
+    x, y, _ = tensors(64)
+    assert scaled_kernel.cache_key  # records the globals the kernel reads
+    launch((1,), x, y, 64)
+    launch((1,), x, y, 64)
+    assert launch.slow_calls == 1
+    monkeypatch.setitem(globals(), "SCALE", 4)
+    with pytest.raises(RuntimeError, match="Global variable SCALE has changed"):
+        launch((1,), x, y, 64)
+
+
+def test_devices_have_their_own_entries(gpu):
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    launch((1,), a, b, c, 64)
+    gpu.driver.device = 1
+    launch((1,), a, b, c, 64)
+    launch((1,), a, b, c, 64)
+    assert launch.slow_calls == 2 and launch.entry_count() == 2
+    assert [call[3] for call in gpu.launches] == [1000, 1001, 1001]  # each device's current stream
+
+
+def test_wrong_arguments_get_tritons_error(gpu):
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    launch((1,), a, b, c, 64)
+    with pytest.raises(TypeError):
+        launch((1,), a, b, c)
+    with pytest.raises(TypeError):
+        launch((1,), a, b, c, "64")
+
+
+def test_kernels_that_need_scratch_memory_launch_through_run(gpu):
+    """CudaLauncher.__call__ allocates a kernel's scratch memory per launch: such kernels are
+    launched through it, as the ordinary path does."""
+    gpu.scratch = 256
+    allocations = []
+
+    def allocate(size: int, alignment: int, stream: Any) -> torch.Tensor:
+        allocations.append(size)
+        return torch.empty(size, dtype=torch.int8)
+
+    triton.set_allocator(allocate)
+    try:
+        launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+        a, b, c = tensors(64)
+        launch((3,), a, b, c, 64)
+        launch((3,), a, b, c, 64)
+    finally:
+        from triton.runtime._allocation import NullAllocator
+
+        triton.set_allocator(NullAllocator())
+    assert launch.slow_calls == 1 and allocations == [768, 768]
+    slow, fast = gpu.launches
+    assert without_hooks(fast)[:7] + without_hooks(fast)[9:] == without_hooks(slow)[:7] + without_hooks(slow)[9:]
+    assert fast[7].numel() == 768  # the scratch buffer of this launch
+
+
+def test_descriptors_are_encoded_once_and_launched_as_triton_does(gpu):
+    layout = smem_layout()
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a, c = torch.zeros(100, 64), torch.zeros(100, 64)
+    da, dc = FrozenDescriptor.of(a, [16, 64], layout), FrozenDescriptor.of(c, [16, 64], layout)
+    for _ in range(4):
+        launch((7,), da, dc, 100, 64)
+    assert launch.slow_calls == 1
+    # the ordinary path encodes both on its launch; the fast path once, then keeps them
+    assert len(gpu.driver.utils.encoded) == 4
+    first, *rest = gpu.launches
+    assert all(without_hooks(x) == without_hooks(first) for x in rest)
+    assert first[13][0] == "CUtensorMap" and first[13][1] == a.data_ptr()
+    # a plain TensorDescriptor still works, encoded on every call as triton does
+    plain = TensorDescriptor.from_tensor(a, [16, 64], layout)
+    launch((7,), plain, dc, 100, 64)
+    launch((7,), plain, dc, 100, 64)
+    assert without_hooks(gpu.launches[-1]) == without_hooks(first)
+    assert launch.slow_calls == 1 and len(gpu.driver.utils.encoded) == 6
+
+
+def test_descriptor_launches_match_the_ordinary_path(gpu):
+    layout = smem_layout()
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a, c = torch.zeros(48, 64), torch.zeros(48, 64)
+    da, dc = FrozenDescriptor.of(a, [16, 64], layout), FrozenDescriptor.of(c, [16, 64], layout)
+    launch((3,), da, dc, 48, 64)
+    launch((3,), da, dc, 48, 64)
+    with fastlaunch.disabled():
+        launch((3,), da, dc, 48, 64)
+    fast, slow = gpu.launches[1], gpu.launches[2]
+    assert without_hooks(fast) == without_hooks(slow)
+
+
+# -- bound launches ------------------------------------------------------------------------------
+
+
+def test_a_bound_launch_prepares_its_arguments_once(gpu):
+    layout = smem_layout()
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a, c = torch.zeros(100, 64), torch.zeros(100, 64)
+    bound = launch.bind(FrozenDescriptor.of(a, [16, 64], layout), FrozenDescriptor.of(c, [16, 64], layout), 100, 64)
+    assert bound.immutable
+    for grid in [(7,), (7,), (7, 2), (7,)]:
+        bound(grid)
+    with fastlaunch.disabled():
+        bound((7,))
+    assert launch.slow_calls == 2 and len(gpu.compiles) == 1
+    # two per ordinary launch (triton encodes them), two kept for all the fast ones
+    assert len(gpu.driver.utils.encoded) == 6
+    first, *rest = gpu.launches
+    assert all(without_hooks(x)[3:] == without_hooks(first)[3:] for x in rest)
+    assert [x[:3] for x in gpu.launches] == [(7, 1, 1), (7, 1, 1), (7, 2, 1), (7, 1, 1), (7, 1, 1)]
+
+
+def test_a_bound_launch_follows_the_current_device(gpu):
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a = torch.zeros(16, 64)
+    bound = launch.bind(FrozenDescriptor.of(a, [16, 64], smem_layout()), FrozenDescriptor.of(a, [16, 64], smem_layout()), 16, 64)
+    bound((1,))
+    gpu.driver.device = 1
+    bound((1,))
+    bound((1,))
+    assert launch.slow_calls == 2 and [x[3] for x in gpu.launches] == [1000, 1001, 1001]
+
+
+def test_a_bound_launch_of_tensors_specializes_every_call(gpu):
+    """A tensor can be re-pointed (set_) to memory of another alignment: bound tensors are
+    specialized on every call, so such a change gets its own compiled kernel."""
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    bound = launch.bind(a, b, c, 64)
+    assert not bound.immutable
+    bound((1,))
+    bound((1,))
+    a.set_(torch.zeros(65)[1:])
+    bound((1,))
+    assert launch.slow_calls == 2 and len(gpu.compiles) == 2
+    assert gpu.launches[-1][13] is a and gpu.launches[-1][4] != gpu.launches[0][4]
+
+
+def test_a_bound_launch_of_an_interpreted_kernel_runs_it():
+    launch = Launcher(InterpretedFunction(_add), BLOCK=16)
+    a, b, c = torch.ones(20), torch.ones(20), torch.zeros(20)
+    launch.bind(a, b, c, 20)((2,))
+    assert torch.equal(c, torch.full((20,), 2.0))
+
+
+# -- the interpreter -----------------------------------------------------------------------------
+
+
+def test_interpreter_functions_take_the_ordinary_path():
+    kernel = InterpretedFunction(_add)
+    launch = Launcher(kernel, BLOCK=32)
+    assert not fastlaunch.is_compiled(kernel) and fastlaunch.is_compiled(add_kernel)
+    a, b = torch.randn(50), torch.randn(50)
+    c = torch.full((50,), float("nan"))
+    for _ in range(2):
+        launch((2,), a, b, c, 50)
+    torch.testing.assert_close(c, a + b, rtol=0, atol=0)
+    assert launch.slow_calls == 2
+
+
+def test_set_enabled_returns_the_previous_setting():
+    before = fastlaunch.enabled()
+    assert fastlaunch.set_enabled(False) == before
+    with fastlaunch.disabled():
+        assert not fastlaunch.enabled()
+    assert not fastlaunch.enabled()
+    fastlaunch.set_enabled(before)

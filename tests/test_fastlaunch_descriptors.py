@@ -1,0 +1,120 @@
+"""tkreg.tma.descriptor: TMA descriptors cached by what they encode, checked before they are made."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+from triton.backends.compiler import BaseBackend
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import native_specialize_impl
+
+from tkreg import InputError, tma
+from tkreg.fastlaunch import FrozenDescriptor
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    tma.clear_descriptor_cache()
+    yield
+    tma.clear_descriptor_cache()
+
+
+def layout(swizzle: int = 0, bits: int = 32) -> gl.NVMMASharedLayout:
+    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=bits, rank=2)
+
+
+def test_describes_the_tensor_as_from_tensor_does():
+    t = torch.zeros(40, 64)[:33]
+    d = tma.descriptor(t, [16, 32], "a")
+    reference = TensorDescriptor.from_tensor(t, [16, 32], tma.shared_layout([16, 32], t.dtype))
+    assert isinstance(d, FrozenDescriptor)
+    assert (d.base.data_ptr(), tuple(d.shape), tuple(d.strides), tuple(d.block_shape), d.layout, d.padding) == (
+        reference.base.data_ptr(), tuple(reference.shape), tuple(reference.strides), tuple(reference.block_shape),
+        reference.layout, reference.padding,
+    )
+    assert d.launch_spec == native_specialize_impl(BaseBackend, reference, False, True, True)
+
+
+def test_a_repeated_request_returns_the_cached_descriptor():
+    t = torch.zeros(64, 64)
+    assert tma.descriptor(t, [16, 64], "a") is tma.descriptor(t, (16, 64), "a")
+    same_place = t.view(64, 64)  # another tensor object over the same memory, same geometry
+    assert tma.descriptor(same_place, [16, 64], "a") is tma.descriptor(t, [16, 64], "a")
+    fixed = layout(swizzle=128)
+    assert tma.descriptor(t, [16, 64], "a", fixed) is tma.descriptor(t, [16, 64], "a", fixed)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["address", "shape", "strides", "dtype", "block", "layout", "equal layout, new object"],
+)
+def test_anything_the_descriptor_encodes_makes_another(change):
+    base = torch.zeros(64, 128)
+    t, block, lay = base[:32], [16, 64], layout()
+    first = tma.descriptor(t, block, "a", lay)
+    if change == "address":
+        t = base[32:]
+    elif change == "shape":
+        t = base[:16]
+    elif change == "strides":
+        t = base.as_strided((32, 128), (256, 1))  # same address and shape, every other row
+    elif change == "dtype":
+        t = base.view(torch.int32)[:32]
+    elif change == "block":
+        block = [8, 64]
+    elif change == "layout":
+        lay = layout(swizzle=64)
+    else:
+        lay = layout()
+    second = tma.descriptor(t, block, "a", lay)
+    assert (second.base.data_ptr(), tuple(second.shape), tuple(second.strides), second.base.dtype) == (
+        t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype,
+    )
+    assert tuple(second.block_shape) == tuple(block) and second.layout is lay
+    if change != "equal layout, new object":
+        assert second is not first
+
+
+def test_inputs_tma_cannot_take_are_refused_every_time():
+    misaligned = torch.zeros(8, 64)[:, 1:33]
+    for _ in range(2):
+        with pytest.raises(InputError, match="a: base address is not 16-byte aligned"):
+            tma.descriptor(misaligned, [8, 32], "a")
+    with pytest.raises(InputError, match="out: stride of dim 0 is 33 elements"):
+        tma.descriptor(torch.zeros(8, 33), [8, 32], "out")
+
+
+def test_the_cache_is_bounded_and_keeps_no_tensor_alive(monkeypatch):
+    monkeypatch.setattr(tma, "DESCRIPTOR_CACHE_SIZE", 8)
+    tensors = [torch.zeros(16, 16) for _ in range(20)]
+    alive = weakref.ref(tensors[-1])
+    descriptors = [tma.descriptor(t, [16, 16], "a") for t in tensors]
+    assert tma.descriptor(tensors[-1], [16, 16], "a") is descriptors[-1]  # the newest stay
+    assert tma.descriptor(tensors[0], [16, 16], "a") is not descriptors[0]  # the oldest went
+    del tensors, descriptors
+    gc.collect()
+    assert alive() is None
+
+
+def test_tma_ready_agrees_with_tma_reasons():
+    """The fast form of the TMA checks answers exactly as the explaining one, for every dtype
+    size and layout fault (and their mixes)."""
+    from tkreg.inputs import tma_layout, tma_ready, tma_reasons
+
+    base = torch.zeros(4096)
+    candidates = []
+    for dtype in (torch.float32, torch.float16, torch.int8, torch.float64):
+        flat = base.view(dtype) if dtype.itemsize <= 4 else torch.zeros(2048, dtype=dtype)
+        for offset in (0, 1, 8, 16):
+            for rows, cols, row_stride in [(8, 16, 16), (8, 12, 12), (8, 12, 16), (4, 8, 40), (8, 1, 1)]:
+                view = flat[offset:].as_strided((rows, cols), (row_stride, 1))
+                candidates += [view, view.t(), view[:, ::2], view.unsqueeze(0)]
+    for t in candidates:
+        expected = not tma_reasons(t, "t")
+        assert tma_ready(t, t.element_size()) == expected, (t.dtype, t.stride(), t.data_ptr() % 16)
+        if expected:
+            assert tma_layout(t, t.element_size()) == (t.data_ptr(), t.stride())

@@ -1,0 +1,269 @@
+"""The device timer's method, on a simulated GPU (no GPU here): one in-order stream whose work
+starts when both the GPU is free and the host has queued it, events that read the GPU's time, a
+host clock that launchers advance. What it checks is the scheduling: whether a launcher's host
+time lands inside the events, whether a CUDA graph of the call is used, and the fallbacks.
+The H100 cross-check against do_bench and CUPTI is scripts/gpu/check_timing.py."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import sys
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from tkreg import timing
+
+US = 1e-6
+FLUSH_US = 85.0  # an H100 zeroing 256 MiB
+API_US = {"flush": 5.0, "event": 2.0, "sleep": 3.0, "replay": 6.0}
+
+
+class Gpu:
+    """Host and GPU clocks (seconds) of one process and one stream."""
+
+    def __init__(self) -> None:
+        self.host = 0.0
+        self.free = 0.0  # when the GPU finishes what is queued
+        self.capturing: list[float] | None = None
+        self.events: list = []  # every CUDA event created, in order
+
+    def api(self, what: str) -> None:
+        self.host += API_US[what] * US
+
+    def enqueue(self, seconds: float) -> float:
+        """Queue work visible to the GPU now; return when it starts."""
+        if self.capturing is not None:
+            self.capturing.append(seconds)
+            return self.host
+        start = max(self.free, self.host)
+        self.free = start + seconds
+        return start
+
+    def wait(self, until: float) -> None:
+        self.host = max(self.host, until)
+
+
+def fake_torch(gpu: Gpu) -> types.ModuleType:
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.at = 0.0
+            gpu.events.append(self)
+
+        def record(self) -> None:
+            gpu.api("event")
+            self.at = gpu.enqueue(0.0)
+
+        def synchronize(self) -> None:
+            gpu.wait(self.at)
+
+        def elapsed_time(self, end: Event) -> float:
+            return (end.at - self.at) * 1e3
+
+    class Buffer:
+        def zero_(self) -> None:
+            gpu.api("flush")
+            gpu.enqueue(FLUSH_US * US)
+
+    class CUDAGraph:
+        def __init__(self) -> None:
+            self.nodes: list[float] = []
+
+        def replay(self) -> None:
+            gpu.api("replay")
+            for seconds in self.nodes:
+                gpu.enqueue(seconds)
+
+    class Stream:
+        def wait_stream(self, other: object) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            gpu.wait(gpu.free)
+
+    @contextlib.contextmanager
+    def graph(g: CUDAGraph, stream: object = None, capture_error_mode: str = "global") -> Iterator[None]:
+        gpu.wait(gpu.free)
+        gpu.capturing = g.nodes
+        try:
+            yield
+        finally:
+            gpu.capturing = None
+
+    def sleep(cycles: int) -> None:
+        gpu.api("sleep")
+        gpu.enqueue(cycles / timing.HOLD_CLOCK_HZ)
+
+    cuda = types.SimpleNamespace(
+        Event=Event,
+        CUDAGraph=CUDAGraph,
+        Stream=Stream,
+        graph=graph,
+        stream=lambda s: contextlib.nullcontext(),
+        current_stream=Stream,
+        synchronize=lambda: gpu.wait(gpu.free),
+        _sleep=sleep,
+    )
+    return types.SimpleNamespace(cuda=cuda, empty=lambda *a, **k: Buffer(), int32="int32")  # type: ignore[return-value]
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch) -> Gpu:
+    sim = Gpu()
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(sim))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: sim.host)
+    return sim
+
+
+def launcher(gpu: Gpu, host_us: float, kernel_us: float, capturable: bool = True):
+    """A launcher that spends host_us of Python, then launches a kernel_us kernel."""
+
+    def call() -> None:
+        if gpu.capturing is not None and not capturable:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        gpu.host += host_us * US
+        gpu.enqueue(kernel_us * US)
+
+    return call
+
+
+def test_batch_holds_cover_the_hosts_deficit_and_only_the_first_batch_when_the_host_keeps_up() -> None:
+    fast = timing.batch_holds(120, host_ms=0.02, device_ms=0.9)
+    assert len(fast) == 3 and fast[1:] == [0.0, 0.0] and 0 < fast[0] < 0.1
+    slow = timing.batch_holds(120, host_ms=0.10, device_ms=0.095)
+    assert len(slow) == 3 and all(h > 0 for h in slow)
+    # batch of 50: the host finishes queueing repetition 49 at 50 x 0.10 ms; the GPU reaches it 49 x 0.095 after the hold
+    assert slow[0] >= 50 * 0.10 - 49 * 0.095
+    assert slow[2] < slow[0]  # the last batch has 20 repetitions
+    assert timing.batch_holds(0, 1.0, 1.0) == []
+
+
+def test_a_slow_launcher_s_host_time_stays_out_of_the_events_without_graphs(gpu: Gpu) -> None:
+    timer = timing.DeviceTimer(graphs=False)
+    call = launcher(gpu, host_us=100.0, kernel_us=10.0)
+    times = timer.measure(call)
+    assert timer.method == "eager" and len(times) == timing.MAX_REPS
+    assert max(times) == pytest.approx(0.010, abs=1e-9), max(times)
+    assert timer.describe().startswith("the call itself (not captured") and timer.capture_error == "graphs turned off"
+
+
+def test_without_the_batch_holds_the_same_launcher_reads_its_host_time(gpu: Gpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation can tell: with no holds, the GPU waits for the host inside the events."""
+    monkeypatch.setattr(timing, "batch_holds", lambda reps, host_ms, device_ms: [0.0] * (reps // timing.BATCH_REPS + 1))
+    timer = timing.DeviceTimer(graphs=False)
+    times = timer.measure(launcher(gpu, host_us=100.0, kernel_us=10.0))
+    assert statistics.median(times) > 0.015
+
+
+def test_a_capturable_call_is_replayed_from_a_graph_with_no_idle_gpu_between_repetitions(gpu: Gpu) -> None:
+    timer = timing.DeviceTimer()
+    call = launcher(gpu, host_us=300.0, kernel_us=700.0)  # a compute-bound kernel behind a slow launcher
+    reps = timer.reps_for(timer.warmup(call))
+    read = timer.queue(call, reps)
+    times = read()
+    assert timer.method == "graph" and timer.describe().startswith("CUDA graph of the call")
+    assert max(times) == pytest.approx(0.7, abs=1e-9) and len(times) == reps
+    # back to back: after the first batch's short head start, the GPU never waits between
+    # repetitions; between one repetition's end event and the next one's start there is the flush alone
+    assert timer.last_holds[0] < 0.1 and not any(timer.last_holds[1:])
+    starts, ends = gpu.events[-2 * reps : -reps], gpu.events[-reps:]
+    gaps = {round((s.at - e.at) / US, 6) for e, s in zip(ends, starts[1:])}
+    assert gaps == {FLUSH_US}
+
+
+def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_says_why(gpu: Gpu) -> None:
+    timer = timing.DeviceTimer()
+    call = launcher(gpu, host_us=50.0, kernel_us=20.0, capturable=False)
+    times = timer.measure(call)
+    assert timer.method == "eager" and "not permitted when stream is capturing" in timer.capture_error
+    assert max(times) == pytest.approx(0.020, abs=1e-9)
+
+
+def test_a_graph_that_did_not_capture_the_work_is_not_used(gpu: Gpu) -> None:
+    """A launcher that launches on another stream leaves the graph empty: its replay is nearly
+    free, and timing it would report nothing."""
+    timer = timing.DeviceTimer()
+
+    def elsewhere() -> None:
+        gpu.host += 20 * US
+        if gpu.capturing is None:  # captured graphs see nothing of it
+            gpu.enqueue(40 * US)
+
+    times = timer.measure(elsewhere)
+    assert timer.method == "eager" and "replayed in" in timer.capture_error
+    assert statistics.median(times) == pytest.approx(0.040, abs=1e-9)
+
+
+def test_wall_time_includes_a_launcher_slower_than_flush_plus_kernel(gpu: Gpu) -> None:
+    timer = timing.DeviceTimer()
+    call = launcher(gpu, host_us=200.0, kernel_us=10.0)
+    device = statistics.median(timer.measure(call))
+    wall = statistics.median(timer.wall(call))
+    assert device == pytest.approx(0.010, abs=1e-9)
+    # each call waits for the host: 200 us of launcher less the 85 us flush it overlaps, plus the kernel and API work
+    assert 0.12 < wall < 0.14, wall
+
+
+@pytest.fixture
+def check_timing(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """scripts/gpu/check_timing.py as a module (it imports on a CPU; it runs on a GPU)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "check_timing.py"
+    spec = importlib.util.spec_from_file_location("check_timing", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "check_timing", module)  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_timing_judges_each_bound_with_its_own_tolerance(check_timing: types.ModuleType) -> None:
+
+    def row(name: str, bound: str, ours: float, cupti: float) -> dict:
+        return {"workload": name, "bound": bound, "tkreg_ms": ours, "cupti_ms": cupti, "tkreg_over_cupti": ours / cupti}
+
+    rows = [
+        row("cuBLAS", "compute", 0.840, 0.851),  # -1.3%: within 3%
+        row("cuBLAS", "compute", 0.830, 0.851),
+        row("held-like", "compute", 0.718, 0.851),  # the old timer's reading: -16%
+        row("add 16384^2", "memory", 1.0594, 1.0562),  # +0.3%
+        row("sum 16384^2", "memory", 0.3600, 0.3527),  # +2.1%
+        row("add_tma 1024^2", "memory", 0.0100, 0.0068),  # short: 3.2 us of event overhead
+        row("add_tma 1024^2 do_bench-like", "memory", 0.0873, 0.0068),  # a launcher's host time
+    ]
+    checks = check_timing.check(rows)
+    verdicts = {detail.split(":")[0]: ok for _, ok, detail in checks}
+    assert verdicts == {
+        "cuBLAS": True,
+        "held-like": False,
+        "add 16384^2": True,
+        "sum 16384^2": False,
+        "add_tma 1024^2": True,
+        "add_tma 1024^2 do_bench-like": False,
+    }
+    summary = check_timing.per_bound(checks)
+    assert [line.split(" (")[0] for line in summary] == [
+        "FAIL compute-bound: tkreg within 3% of CUPTI",
+        "FAIL memory-bound: tkreg within 0.5% of CUPTI",
+        "FAIL short kernels: tkreg within 5 us of CUPTI",
+    ]
+    assert "held-like" in summary[0] and "cuBLAS" not in summary[0]
+
+
+def test_check_timing_verdict_tells_a_faster_kernel_from_an_overlap(check_timing: types.ModuleType) -> None:
+
+    def probe(hold: float, events: float, cupti: float, gap: float, mhz: int) -> dict:
+        return {"probe": f"hold {hold:g} ms", "hold_ms": hold, "events_ms": events, "cupti_ms": cupti, "spin_to_kernel_us": gap,
+                "sm_mhz": mhz, "power_w": 700 if hold == 0 else 560, "power_cap_share": 0.9 if hold == 0 else 0.0}
+
+    nan = float("nan")
+    clocks = [probe(0.0, 0.853, 0.850, nan, 1620), probe(0.25, 0.721, 0.718, 1.2, 1980), probe(1.0, 0.70, 0.70, 1.0, 1980)]
+    text = "\n".join(check_timing.verdict(clocks))
+    assert "the kernel itself ran faster after the hold" in text and "(no overlap)" in text and "1980 MHz held vs 1620" in text
+    overlap = [probe(0.0, 0.853, 0.850, nan, 1700), probe(0.25, 0.72, 0.85, -130.0, 1700)]
+    text = "\n".join(check_timing.verdict(overlap))
+    assert "the events missed part of the kernel" in text and "(negative: overlap)" in text

@@ -79,9 +79,10 @@ def main() -> int:
     verdicts += [(f"pick vs best {r['signature']}", r["pass"]) for r in picks]
     tkreg.records.save("ops_pick_vs_best", picks, notes=f"PASS: tkreg.ops >= {WITHIN_BEST} x fastest kernel and, where a kernel "
                        f"is at or above the peer, >= {1 - PEER_NOISE} x peer; do_bench medians, same run")
-    host = host_overhead(registry)
+    host, decisions = host_overhead(registry)
     verdicts += [(f"host overhead {r['path']}", r["pass"]) for r in host if r["pass"] is not None]
-    tkreg.records.save("ops_host_overhead", host, notes=f"us per call: wall clock of {HOST_CALLS} calls then one sync")
+    tkreg.records.save("ops_host_overhead", host, notes=f"us per call: wall clock of {HOST_CALLS} calls then one sync. "
+                       "Decisions at these shapes: " + " / ".join(decisions))
     if not args.skip_mlp:
         mlp = mlp_block()
         verdicts += [(f"MLP block {r['variant']}", r["pass"]) for r in mlp]
@@ -89,7 +90,7 @@ def main() -> int:
                            f"{MLP_ERROR_FACTOR} x torch's or {MLP_ERROR_FLOOR} x the largest output")
 
     _print_picks(picks)
-    _print_host(host)
+    _print_host(host, decisions)
     failed = [name for name, ok in verdicts if not ok]
     say(f"\n{'PASS' if not failed else 'FAIL'}: {len(verdicts) - len(failed)} of {len(verdicts)} checks passed"
         + (f"; failed: {', '.join(failed)}" if failed else ""))
@@ -122,22 +123,26 @@ def pick_vs_best(registry: Any, sigs: list[Any], deadline: Deadline) -> list[dic
         ours, peer = walls.get("tkreg.ops"), walls.get("peer")
         best = min(kernels, key=kernels.get) if kernels else None
         decision = tkreg.ops.explain(sig.op, *inputs)
-        row: dict[str, Any] = {"signature": sig.label, "tkreg_ops_us": ours, "decision": decision,
+        row: dict[str, Any] = {"signature": sig.label, "tkreg_ops_us": _round(ours),
                                "pick": "peer" if " calls its peer" in decision else decision.split()[2],
-                               "fastest_kernel": best, "fastest_kernel_us": kernels.get(best), "peer_us": peer,
-                               "kernels_us": kernels}
+                               "fastest_kernel": best, "fastest_kernel_us": _round(kernels.get(best)), "peer_us": _round(peer),
+                               "kernels_us": ", ".join(f"{n} {w:.1f}" for n, w in sorted(kernels.items(), key=lambda kv: kv[1]))}
         ok = ours is not None
         if ok and best is not None:
-            row["vs_fastest"] = kernels[best] / ours
+            row["vs_fastest"] = round(kernels[best] / ours, 3)
             ok = row["vs_fastest"] >= WITHIN_BEST
         if peer is not None and ours:
-            row["vs_peer"] = peer / ours
+            row["vs_peer"] = round(peer / ours, 3)
             # required only where some registered kernel is at or above the peer
             row["peer_rule"] = bool(kernels) and min(kernels.values()) <= peer
             ok = ok and (not row["peer_rule"] or row["vs_peer"] >= 1 - PEER_NOISE)
         row["pass"] = ok
         rows.append(row)
     return rows
+
+
+def _round(us: float | None) -> float | None:
+    return None if us is None else round(us, 2)
 
 
 def _bound_op(op: Callable[..., Any], inputs: tuple[Any, ...]) -> Callable[[], Any]:
@@ -197,7 +202,7 @@ def graph_of(fn: Callable[[], Any]) -> Callable[[], Any]:
     return graph.replay
 
 
-def host_overhead(registry: Any) -> list[dict[str, Any]]:
+def host_overhead(registry: Any) -> tuple[list[dict[str, Any]], list[str]]:
     import torch
 
     import tkreg
@@ -239,25 +244,23 @@ def host_overhead(registry: Any) -> list[dict[str, Any]]:
             row.update(passed=False, error=f"{type(e).__name__}: {e}")
         row["pass"] = row.pop("passed")
         rows.append(row)
-    for op, (args, _) in inputs.items():
-        rows.append({"path": f"tkreg.ops.{op} decision", "decision": tkreg.ops.explain(op, *args), "pass": None})
-    return rows
+    decisions = [tkreg.ops.explain(op, *args) for op, (args, _) in inputs.items()]
+    return rows, decisions
 
 
 def _bound(launcher: Callable[..., Any], args: tuple[Any, ...], out: Any) -> Callable[[], Any]:
     return lambda: launcher(*args, out=out)
 
 
-def _print_host(rows: list[dict[str, Any]]) -> None:
+def _print_host(rows: list[dict[str, Any]], decisions: list[str]) -> None:
     say(f"\n{'path (256x256; matmul 256^3 bf16)':64s} {'us/call':>9s} {'target':>7s}")
     for r in rows:
-        if "decision" in r:
-            say(f"  {r['decision']}")
-            continue
         us = f"{r['us_per_call']:.1f}" if r["us_per_call"] is not None else r.get("error", "failed")
         target = f"<= {r['target_us']:.0f}" if r["target_us"] else ""
         verdict = "" if r["pass"] is None else ("PASS" if r["pass"] else "FAIL")
         say(f"{r['path']:64s} {us:>9s} {target:>7s} {verdict}")
+    for d in decisions:
+        say(f"  {d}")
 
 
 # -- 3. an MLP block ---------------------------------------------------------------------------
@@ -301,8 +304,8 @@ def mlp_block() -> list[dict[str, Any]]:
             same = bool(torch.equal(got, eager))
             ok = error <= bound
             ms = per_call_us(timed or (lambda: run(x)), calls=50) / 1e3
-            rows.append({"variant": variant, "max_error": error, "torch_max_error": torch_error, "bound": bound,
-                         "identical_to_eager": same, "ms_per_block": round(ms, 4), "pass": ok})
+            rows.append({"variant": variant, "max_error": round(error, 5), "torch_max_error": round(torch_error, 5),
+                         "bound": round(bound, 5), "identical_to_eager_tkreg": same, "ms_per_block": round(ms, 4), "pass": ok})
         except Exception as e:  # a variant that cannot run fails its row
             rows.append({"variant": variant, "pass": False, "error": f"{type(e).__name__}: {e}"})
         say(f"MLP {variant}: {rows[-1]}")

@@ -116,6 +116,7 @@ class Timing:
     device_us: float | None = None
     host_us: float | None = None
     wall_quantiles_us: list[float] = field(default_factory=list)
+    device_method: str = ""  # how DeviceTimer ran the call: "graph" (replayed) or "eager"
 
 
 def wall_us(fn: Callable[[], Any]) -> tuple[float, list[float]]:
@@ -144,15 +145,20 @@ def host_us(fn: Callable[[], Any], calls: int = HOST_CALLS) -> float:
 
 
 def time_call(fn: Callable[[], Any], timer: Any) -> Timing:
-    """wall, device and host time of ``fn`` (already warmed up: compiled and run once)."""
+    """wall, device and host time of ``fn`` (already warmed up: compiled and run once).
+
+    Device time comes from tkreg.timing.DeviceTimer.queue (a CUDA graph of the call where it can be
+    captured); instead of its warm-up (25 ms of calls) it gets the launcher's host time and a
+    device-time estimate from three held single calls (DeviceTimer.once)."""
     import torch
 
     wall, quantiles = wall_us(fn)
     host = host_us(fn)
-    timer.host_ms = host / 1e3  # the hold before each device-time repetition covers the launcher
+    timer.host_ms = host / 1e3
+    timer.estimate_ms = statistics.median(timer.once(fn)[0] for _ in range(3))
     read = timer.queue(fn, DEVICE_REPS)
     torch.cuda.synchronize()
-    return Timing(wall, statistics.median(read()) * 1e3, host, quantiles)
+    return Timing(wall, statistics.median(read()) * 1e3, host, quantiles, timer.method)
 
 
 class Deadline:

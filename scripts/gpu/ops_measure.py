@@ -69,13 +69,16 @@ def main() -> int:
                    "wall_us": round(timing.wall_us, 3), "device_us": round(timing.device_us, 3),
                    "host_us": round(timing.host_us, 3)}
             rows.append(row)
-            full.append({**row, "signature": sig.label, "wall_q20_q80_us": [round(q, 3) for q in timing.wall_quantiles_us]})
+            q20, q80 = timing.wall_quantiles_us
+            full.append({"signature": sig.label, "impl": name, "wall_us": row["wall_us"], "wall_q20_us": round(q20, 3),
+                         "wall_q80_us": round(q80, 3), "device_us": row["device_us"], "device_timing": timing.device_method,
+                         "host_us": row["host_us"]})
         del inputs
     torch.cuda.synchronize()
 
-    notes = ("wall: triton.testing.do_bench median (L2 flushed, launcher included); device: CUDA events after an L2 "
-             "flush and a GPU hold (tkreg.timing.DeviceTimer.queue); host: median perf_counter per call of back-to-back "
-             "calls. Each call allocates its output, as a user's call does.")
+    notes = ("wall: triton.testing.do_bench median (L2 flushed, launcher included); device: tkreg.timing.DeviceTimer.queue "
+             "(L2 flushed, a CUDA graph of the call replayed where it can be captured, else the call held); host: median "
+             "perf_counter per call of back-to-back calls. Each call allocates its output, as a user's call does.")
     data_path = tkreg.records.save("ops_ranking", rows, notes=notes)
     tkreg.records.save("ops_measure", full, notes=notes + f" Failures: {failures}. Not measured (budget): {skipped}.")
     _table(full)

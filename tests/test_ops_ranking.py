@@ -171,6 +171,8 @@ def test_a_platform_uses_data_of_its_device_else_of_its_capability(tmp_path: Pat
     assert walltime.for_platform(Platform.cuda("8.0", "NVIDIA A100")) is None
     assert walltime.for_platform(Platform.cuda("9.0")) is None  # a bare capability: priority and score rank
     assert walltime.for_platform(Platform.interpreter()) is None
+    monkeypatch.setenv(walltime.ENV_VAR, str(tmp_path / "not-written-yet.json"))  # as while ops_measure runs
+    assert walltime.data_files() == []
 
 
 def test_a_file_of_another_kind_is_refused(tmp_path: Path) -> None:

@@ -249,10 +249,11 @@ def order(estimates: Mapping[str, Estimate], peer: str | None = None) -> list[tu
 
 # -- finding the data for a platform --------------------------------------------------------------
 def data_files() -> list[Path]:
-    """The ranking data files in use: $TKREG_RANKING_DATA if set, else those shipped with tkreg."""
+    """The ranking data files in use: $TKREG_RANKING_DATA if set (none while that file does not
+    exist yet), else those shipped with tkreg."""
     chosen = os.environ.get(ENV_VAR)
     if chosen:
-        return [Path(chosen)]
+        return [Path(chosen)] if Path(chosen).is_file() else []
     return sorted(DATA_DIR.glob("*.json")) if DATA_DIR.is_dir() else []
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -91,10 +92,26 @@ def main() -> int:
 
     _print_picks(picks)
     _print_host(host, decisions)
+    _summary(picks, host, mlp if not args.skip_mlp else [])
     failed = [name for name, ok in verdicts if not ok]
-    say(f"\n{'PASS' if not failed else 'FAIL'}: {len(verdicts) - len(failed)} of {len(verdicts)} checks passed"
-        + (f"; failed: {', '.join(failed)}" if failed else ""))
+    for name in failed:
+        say(f"FAIL {name}")
+    say(f"{'PASS' if not failed else 'FAIL'}: {len(verdicts) - len(failed)} of {len(verdicts)} checks passed")
     return 0 if not failed else 1
+
+
+def _summary(picks: list[dict[str, Any]], host: list[dict[str, Any]], mlp: list[dict[str, Any]]) -> None:
+    """The few lines that matter, last (session.sh shows a script's last 30 lines)."""
+    passed = sum(1 for r in picks if r["pass"])
+    ratios = [r["vs_fastest"] for r in picks if "vs_fastest" in r]
+    spread = f"; tkreg.ops / fastest kernel: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}" if ratios else ""
+    say(f"\nsummary: pick vs best {passed}/{len(picks)} PASS{spread}")
+    key = ("torch.add(out=)", "plain @triton.jit", "CUDA graph replay of that", "tkreg.ops.", "tkreg.lookup")
+    shown = [r for r in host if r["path"].startswith(key) and not r["path"].startswith("CUDA graph replay of tkreg")]
+    say("host us/call at 256x256: " + ", ".join(f"{r['path'].split(' (')[0]} {r['us_per_call']}" for r in shown))
+    for r in mlp:
+        say(f"MLP {r['variant']}: {'PASS' if r['pass'] else 'FAIL'} max err {r.get('max_error')} (bound {r.get('bound')}), "
+            f"{r.get('ms_per_block')} ms" + (f" {r['error']}" if "error" in r else ""))
 
 
 # -- 1. pick vs best ---------------------------------------------------------------------------

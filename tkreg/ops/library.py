@@ -20,6 +20,7 @@ them and swaps the dispatcher they call (see :class:`Slot`).
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from .dispatch import Dispatcher
 from .forms import argument_names
+
+log = logging.getLogger("tkreg.ops")
 
 TRACED_NAMESPACE = "tkreg"
 RUNTIME_NAMESPACE = "tkreg_dispatch"
@@ -60,7 +63,11 @@ def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, Non
         slot.dispatcher = dispatcher
         return slot, overload
     slot = Slot(dispatcher)
-    overload = _define(op.name, names, slot)
+    try:
+        overload = _define(op.name, names, slot)
+    except Exception as e:  # a torch without these APIs: tkreg.ops.<op> still dispatches eagerly
+        log.warning("tkreg.ops.%s: no torch operator (%s: %s); eager calls only", op.name, type(e).__name__, e)
+        return None, None
     _REGISTERED[op.name] = (names, slot, overload)
     return slot, overload
 

@@ -8,7 +8,7 @@ median, launcher included), device time and host time (see ops_common). Writes
   copied to tkreg/measured/<device>.json (the command is printed last);
 - $OUT/ops_measure.json: every row with quantiles, and every failure.
 
-    python scripts/gpu/ops_measure.py [--ops add,sum_row] [--budget 110] [--workers 8]
+    python scripts/gpu/ops_measure.py [--ops add,sum_row] [--budget 100] [--workers 8]
 
 Compiles run first in worker processes (Triton's on-disk cache then serves the measuring
 process). Prints PASS when every signature and candidate was measured, a table last.
@@ -30,7 +30,7 @@ from ops_common import Deadline, candidates, make_inputs, say, signatures, time_
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", default="", help="comma list of ops (default: all)")
-    parser.add_argument("--budget", type=float, default=110.0, help="seconds for the whole run (default 110)")
+    parser.add_argument("--budget", type=float, default=100.0, help="seconds for the whole run (default 100)")
     parser.add_argument("--workers", type=int, default=min(8, (os.cpu_count() or 2) // 2), help="compile workers")
     args = parser.parse_args()
     deadline = Deadline(args.budget)

@@ -224,7 +224,11 @@ def check_timing(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 def test_check_timing_judges_each_bound_with_its_own_tolerance(check_timing: types.ModuleType) -> None:
 
     def row(name: str, bound: str, ours: float, cupti: float) -> dict:
-        return {"workload": name, "bound": bound, "tkreg_ms": ours, "cupti_ms": cupti, "tkreg_over_cupti": ours / cupti}
+        # Judged on the same repetitions (events vs CUPTI); the separate series' figures differ
+        # by the GPU's own drift, which must not decide the verdict.
+        drifted = ours * 1.1
+        return {"workload": name, "bound": bound, "tkreg_ms": drifted, "cupti_ms": cupti, "tkreg_over_cupti": drifted / cupti,
+                "same_reps_events_ms": ours, "same_reps_cupti_ms": cupti}  # fmt: skip
 
     rows = [
         row("cuBLAS", "compute", 0.840, 0.851),  # -1.3%: within 3%

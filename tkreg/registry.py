@@ -187,9 +187,13 @@ class Registry:
             base = kernel.configs
         if not kernel.takes_scheduler:
             return [dict(c) for c in base]
-        # A config that already names its scheduler keeps it; the others take every scheduler.
+        # A config that already names its scheduler keeps it; the others take every scheduler, except
+        # a benchmark of the launcher's own choice ({}): the launcher picks the scheduler too.
         crossed = []
         for c in base:
+            if purpose == "bench" and not c:
+                crossed.append({})
+                continue
             names = [c["scheduler"]] if "scheduler" in c else [s.name for s in self.schedulers()]
             crossed.extend({**c, "scheduler": n} for n in names)
         return crossed

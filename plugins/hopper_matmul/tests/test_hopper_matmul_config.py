@@ -179,3 +179,15 @@ def test_choice_ignores_a_table_entry_the_kernel_cannot_build():
     table = _table(Entry(4096, 4096, 4096, "kn", {"BLOCK_M": 96}, "grouped-8"))
     pick = choice.choose_from(table, 4096, 4096, 4096, "kn", H100_SMS)
     assert pick.why.startswith("model:") and "unusable" in pick.why and "BLOCK_M=96" in pick.why
+
+
+def test_benchmarks_time_the_launchers_own_choice_and_tests_cross_every_scheduler() -> None:
+    """The benchmark item of the launcher's choice ({}) is not crossed with the schedulers (the
+    choice names its own, a measured table entry may name "persistent"); test configs are."""
+    import tkreg
+
+    registry = tkreg.default_registry()
+    hopper = registry.kernel("matmul_hopper_ws")
+    assert registry.configs(hopper, "bench") == [{}]
+    tested = registry.configs(hopper, "test")
+    assert {c["scheduler"] for c in tested} == {s.name for s in registry.schedulers()}

@@ -63,10 +63,8 @@ KERNEL = tkreg.Kernel(
     ),
     aot="tkreg_hopper_matmul.launch:aot",
     configs=tuple(_shown(c) for c in REGISTERED),
-    # Benchmarks time what a user gets: the launcher's own choice of config (no parameters). The
-    # registry crosses a config without a scheduler with every scheduler, so the scheduler is named:
-    # the choice's default (a measured table entry keeps it unless another is more than 1% faster).
-    bench_configs=({"scheduler": "grouped-8"},),
+    # Benchmarks time what a user gets: the launcher's own choice of config and scheduler.
+    bench_configs=({},),
     compile_configs=_compile_configs(),
     takes_scheduler=True,
     # Above the portable Triton matmul: on an H100 this is the kernel to run.

@@ -77,6 +77,7 @@ for phase in "$@"; do
       ;;
     *) echo "unknown phase $phase" ;;
   esac
+  tar czf "$DEST/logs.tgz" -C "$DEST" raw  # after every phase: a call killed at its limit keeps what finished
 done
 tar czf "$DEST/logs.tgz" -C "$DEST" raw && rm -rf "$RAW"
 elapsed "done"

@@ -104,11 +104,11 @@ def session_on(monkeypatch: pytest.MonkeyPatch):
 
 def test_every_gpu_gets_runners_pinned_to_it(session_on) -> None:
     settings = session_on(["0", "1", "2", "3"], cores=64)._pool_settings()
-    assert [f.gpu for f in settings.kernel_flavors].count("2") == 8
+    assert [f.gpu for f in settings.kernel_flavors].count("2") == 12  # three quarters of 64 cores, at most 12 per GPU
     assert {f.gpu for f in settings.kernel_flavors} == {"0", "1", "2", "3"}
     assert all(f.gpu is None and not f.interpret for f in settings.compile_flavors)
     # CUDA_VISIBLE_DEVICES entries as the parent sees them ("3,5" -> runners pinned to 3 and 5).
-    settings = session_on(["3", "5"], cores=8, workers=2)._pool_settings()
+    settings = session_on(["3", "5"], cores=8, workers=2)._pool_settings()  # --tkreg-workers 2
     assert sorted(f.gpu for f in settings.kernel_flavors) == ["3", "3", "5", "5"]
     env = settings.kernel_flavors[0].environment({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "3,5"})
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and "TRITON_INTERPRET" not in env

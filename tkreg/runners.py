@@ -25,9 +25,10 @@ from .pool import PoolSettings, RunnerPool, Task
 from .registry import Registry, unmet_requirements
 from .runner_process import Flavor
 
-# Runners per GPU for correctness (they mostly wait on the CPU: input generation and the float64
-# reference), and at most this many in all without a GPU.
-MAX_KERNEL_RUNNERS_PER_GPU = 8
+# Runners per GPU for correctness: their work is mostly on the CPU (input generation, JIT
+# compiles, Python), so up to three quarters of the cores (the compile runners take the rest).
+MAX_KERNEL_RUNNERS_PER_GPU = 12
+KERNEL_RUNNER_CORE_SHARE = 0.75
 MAX_COMPILE_RUNNERS = 4
 LOOKAHEAD_PER_RUNNER = 3  # jobs a lane may start ahead of pytest, per runner in it
 
@@ -44,7 +45,7 @@ class Session:
     workers: int = 0  # kernel runners per GPU (without a GPU: in all); 0 = from the machine
     prefetch: bool = True  # start jobs ahead of pytest (off in pytest-xdist workers)
     bench_log: str | None = None  # JSON lines, one per finished benchmark
-    bench_ms: float = 150.0  # device time of each benchmark's measured repetitions
+    bench_ms: float = 100.0  # device time of each benchmark's measured repetitions
     on_progress: Callable[[str], None] | None = None
     peer_ms: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     ceilings_by_gpu: dict[str, Any] = field(default_factory=dict)
@@ -71,7 +72,7 @@ class Session:
         cores = os.cpu_count() or 1
         gpus = self.gpus()
         if gpus:
-            per_gpu = self.workers or max(1, min(MAX_KERNEL_RUNNERS_PER_GPU, cores // (2 * len(gpus))))
+            per_gpu = self.workers or max(1, min(MAX_KERNEL_RUNNERS_PER_GPU, int(cores * KERNEL_RUNNER_CORE_SHARE) // len(gpus)))
             kernel = [Flavor(g, interpret=False) for g in gpus for _ in range(per_gpu)]
         else:
             count = self.workers or (cores if self.prefetch else 1)

@@ -9,7 +9,7 @@ from tkreg_matmul.gluon_common import (
     GluonLaunch,
     ShapeClassCache,
     descriptor_signatures,
-    matmul_descriptors,
+    operands,
     persistent_grid,
     validate_gluon_matmul,
 )
@@ -143,7 +143,7 @@ def matmul_blackwell_ws(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
     if out is None:  # (a given out was checked with the inputs)
         out = make_output(a, b)
     # num_warps is one of the kernel's constexprs: no separate launch options.
-    _launch(grid, matmul_descriptors(a, b, out, block_shapes, layout), values, {}, variant)
+    _launch(grid, operands(a, b, out, layout), block_shapes, values, {}, variant)
     return out
 
 

@@ -5,7 +5,8 @@ compile is the kernel the launcher runs.
 A call checks its inputs (the full checks once per shape class, then only the addresses'
 alignment), takes a :class:`Plan` (config, scheduler, K slices, grid, TMA block shapes,
 constexprs), made once per problem shape class and cached, and launches it through
-:class:`tkreg_matmul.gluon_common.GluonLaunch` (the JIT's look-up done once per compiled variant).
+:class:`tkreg_matmul.gluon_common.GluonLaunch` (tkreg.fastlaunch: a compiled variant's launcher,
+and per set of tensors a bound launch over cached descriptors).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from tkreg_matmul.gluon_common import (
     GluonLaunch,
     ShapeClassCache,
     descriptor_signatures,
-    matmul_descriptors,
     num_sms,
+    operands,
     validate_gluon_matmul,
 )
 from tkreg_matmul.layouts import KN, LAYOUTS
@@ -118,12 +119,12 @@ def matmul_hopper_ws(a: Any, b: Any, out: Any = None, *, scheduler: str | Schedu
     if out is None:  # (a given out was checked with the inputs)
         out = make_output(a, b)
     if plan.split_k == 1:
-        _launch(plan.grid, matmul_descriptors(a, b, out, plan.blocks, layout), plan.constexprs, OPTIONS, variant)
+        _launch(plan.grid, operands(a, b, out, layout), plan.blocks, plan.constexprs, OPTIONS, variant)
         return out
     import torch
 
     workspace = torch.empty((plan.split_k, a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
-    _launch(plan.grid, matmul_descriptors(a, b, workspace, plan.blocks, layout), plan.constexprs, OPTIONS, variant)
+    _launch(plan.grid, operands(a, b, workspace, layout), plan.blocks, plan.constexprs, OPTIONS, variant)
     return reduce_partials(workspace, out)
 
 

@@ -1,98 +1,82 @@
-"""GluonLaunch on the CPU, against stand-ins for the JIT function, its compiled kernel and triton's
-driver: the first launch of a variant takes the JIT path, later ones call the compiled kernel's
-launcher with exactly the arguments the JIT passes it; hooks and new variants take the JIT path."""
+"""GluonLaunch on the CPU, with stand-ins for tkreg.fastlaunch's Launcher and tkreg.tma's descriptor
+cache: one launcher per compiled variant, one bound launch per set of tensors (address, shape,
+strides), descriptors of B as stored, and a bounded cache. (fastlaunch itself is tested against
+triton's real launch path in tests/test_fastlaunch.py.)"""
 
 from __future__ import annotations
 
 import pytest
-from tkreg_matmul.gluon_common import GluonLaunch
-from triton import knobs
-from triton.runtime import driver
+import tkreg_matmul.gluon_common as gluon_common
+import torch
+from tkreg_matmul.gluon_common import GluonLaunch, operands
+from tkreg_matmul.layouts import KN, NK
+
+import tkreg.fastlaunch
+import tkreg.tma
 
 
-class Compiled:
-    function = "function-handle"
-    packed_metadata = "packed-metadata"
+class FakeLauncher:
+    made: list[FakeLauncher] = []
 
-    def __init__(self) -> None:
-        self.runs: list[tuple] = []
+    def __init__(self, kernel, **fixed) -> None:
+        self.kernel, self.fixed, self.bound = kernel, fixed, []
+        FakeLauncher.made.append(self)
 
-    def run(self, *args):
-        self.runs.append(args)
-
-
-class Kernel:
-    """A JIT function's surface as GluonLaunch uses it: arg_names and kernel[grid](*args, **kwargs)."""
-
-    arg_names = ["a_desc", "b_desc", "c_desc", "SchedulerImpl", "BLOCK_M", "B_NK"]
-
-    def __init__(self) -> None:
-        self.jit_calls: list[tuple] = []
-        self.compiled: list[Compiled] = []
-
-    def __getitem__(self, grid):
-        def call(*args, **kwargs):
-            self.jit_calls.append((grid, args, kwargs))
-            self.compiled.append(Compiled())
-            return self.compiled[-1]
-
-        return call
-
-
-class Driver:
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int) -> str:
-        return f"stream-{device}"
+    def bind(self, *descs):
+        launches = []
+        self.bound.append((descs, launches))
+        return launches.append  # bound(grid) records the grid
 
 
 @pytest.fixture
-def fake_driver(monkeypatch):
-    stand_in = Driver()
-    monkeypatch.setattr(type(driver), "active", property(lambda self: stand_in))
+def fakes(monkeypatch):
+    FakeLauncher.made = []
+    described = []
+
+    def descriptor(t, block, name, layout, checked=False):
+        described.append((name, t.data_ptr(), tuple(t.shape), t.stride(), tuple(block), checked))
+        return ("desc", name, t.data_ptr(), tuple(t.shape), t.stride())
+
+    monkeypatch.setattr(tkreg.fastlaunch, "Launcher", FakeLauncher)
+    monkeypatch.setattr(tkreg.tma, "descriptor", descriptor)
+    monkeypatch.setattr(gluon_common, "_layout", lambda block, dtype: ("layout", block))
+    return described
 
 
-class Desc:
-    def __init__(self, name: str) -> None:
-        self.name = name
+BLOCKS = {"a": [128, 64], "b": [64, 256], "c": [128, 256]}
 
 
-CONSTEXPRS = {"SchedulerImpl": "sched", "BLOCK_M": 128, "B_NK": True}
+def test_one_launcher_per_variant_and_one_bound_launch_per_tensor_set(fakes) -> None:
+    launch = GluonLaunch("kernel")
+    a, b, c = torch.empty(256, 64), torch.empty(64, 512), torch.empty(256, 512)
+    for _ in range(3):
+        launch((132,), operands(a, b, c, KN), BLOCKS, {"BLOCK_M": 128}, {"num_warps": 4}, variant="v1")
+    (only,) = FakeLauncher.made
+    assert only.fixed == {"BLOCK_M": 128, "num_warps": 4}
+    (bound,) = only.bound
+    assert bound[1] == [(132,), (132,), (132,)]  # bound once, launched three times
+    assert [d[0] for d in fakes] == ["a", "b", "c"] and all(d[-1] for d in fakes)  # checked by the caller
+    # Another output tensor: a new bound launch of the same launcher; another variant: a new launcher.
+    launch((132,), operands(a, b, torch.empty(256, 512), KN), BLOCKS, {"BLOCK_M": 128}, {}, variant="v1")
+    assert len(FakeLauncher.made) == 1 and len(only.bound) == 2
+    launch((132,), operands(a, b, c, KN), BLOCKS, {"BLOCK_M": 64}, {}, variant="v2")
+    assert len(FakeLauncher.made) == 2
 
 
-def test_first_launch_jit_then_the_compiled_kernels_launcher(fake_driver):
-    kernel = Kernel()
-    launch = GluonLaunch(kernel)
-    descs = [Desc("a"), Desc("b"), Desc("c")]
-    launch((132,), descs, CONSTEXPRS, {"num_warps": 4}, variant="v1")
-    assert kernel.jit_calls == [((132,), tuple(descs), {**CONSTEXPRS, "num_warps": 4})]
-    launch((100,), descs, CONSTEXPRS, {"num_warps": 4}, variant="v1")
-    assert len(kernel.jit_calls) == 1
-    # What JITFunction.run passes after its look-up: grid, stream, function, metadata, no launch
-    # metadata and no hooks (none registered), then every parameter in order, constexprs included.
-    assert kernel.compiled[0].runs == [
-        (100, 1, 1, "stream-0", "function-handle", "packed-metadata", None, None, None, *descs, "sched", 128, True)
-    ]
-    # Another variant compiles (JIT path) again.
-    launch((100,), descs, CONSTEXPRS, {"num_warps": 4}, variant="v2")
-    assert len(kernel.jit_calls) == 2
+def test_a_transposed_weight_is_described_as_stored(fakes) -> None:
+    w = torch.empty(512, 64)  # (N, K) row-major; the matmul's B is w.t()
+    a, c = torch.empty(256, 64), torch.empty(256, 512)
+    GluonLaunch("kernel")((1,), operands(a, w.t(), c, NK), BLOCKS, {}, {}, variant="v")
+    b_desc = next(d for d in fakes if d[0] == "b")
+    assert b_desc[2:4] == ((512, 64), (64, 1))
 
 
-def test_registered_launch_hooks_always_get_the_jit_path(fake_driver):
-    kernel = Kernel()
-    launch = GluonLaunch(kernel)
-    descs = [Desc("a"), Desc("b"), Desc("c")]
-    launch((1,), descs, CONSTEXPRS, {}, variant="v")
-
-    def hook(*args, **kwargs):
-        return None
-
-    knobs.runtime.launch_enter_hook.add(hook)
-    try:
-        launch((1,), descs, CONSTEXPRS, {}, variant="v")
-    finally:
-        knobs.runtime.launch_enter_hook.remove(hook)
-    assert len(kernel.jit_calls) == 2 and kernel.compiled[0].runs == []
-    launch((1,), descs, CONSTEXPRS, {}, variant="v")
-    assert len(kernel.compiled[0].runs) == 1
+def test_the_bound_launches_are_bounded(fakes) -> None:
+    launch = GluonLaunch("kernel", max_bound=2)
+    a, b = torch.empty(8, 8), torch.empty(8, 8)
+    outs = [torch.empty(8, 8) for _ in range(3)]
+    for c in outs:
+        launch((1,), (a, b, c), BLOCKS, {}, {}, variant="v")
+    assert len(launch._bound) == 2
+    first_key = ("v", *((t.data_ptr(), t.shape, t.stride()) for t in (a, b, outs[0])))
+    assert first_key not in launch._bound  # the oldest went first

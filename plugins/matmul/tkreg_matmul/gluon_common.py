@@ -24,12 +24,13 @@ from .layouts import NK
 __all__ = [
     "CheckedDescriptor",
     "Counter",
+    "GluonLaunch",
     "ShapeClassCache",
     "descriptor_signatures",
     "gluon_matmul_inputs_reasons",
-    "launch_gluon",
     "matmul_descriptors",
     "num_sms",
+    "operands",
     "persistent_grid",
     "validate_gluon_matmul",
 ]
@@ -146,6 +147,9 @@ class ShapeClassCache:
         self._entries.clear()
 
 
+BOUND_LAUNCHES = 256  # whole launches kept per kernel, oldest dropped first
+
+
 @functools.cache
 def _sm_count(index: int) -> int:
     import torch
@@ -168,45 +172,45 @@ def persistent_grid(M: int, N: int, BLOCK_M: int, BLOCK_N: int, device: Any, spl
 
 
 class GluonLaunch:
-    """Launches of one Gluon kernel whose runtime arguments are TMA descriptors, with the JIT's per-call
-    work (binding, specializing and hashing every argument into its cache key) done once per variant.
+    """Launches of one Gluon matmul kernel whose runtime arguments are its three TMA descriptors
+    (A, B as stored, C or a split-K workspace), through :mod:`tkreg.fastlaunch`.
 
-    The first launch of a variant (the constexprs, the descriptors' block shapes and dtypes, the
-    current device) goes through ``kernel[grid](...)``, which compiles if needed and returns the
-    compiled kernel; later launches of that variant call the compiled kernel's launcher directly, as
-    the JIT itself does after its look-up (triton 3.6: ``CompiledKernel.run``). A Gluon descriptor
-    argument specializes on its block shape, dtype and layout only, never on the tensor's sizes or
-    address, so the variant key decides the compiled kernel. Launch hooks registered with
-    ``triton.knobs.runtime`` (profilers) always get the JIT path, which calls them."""
+    One :class:`~tkreg.fastlaunch.Launcher` per compiled variant (the constexprs, options, block
+    shapes and dtype the caller's plan names), and per set of tensors (address, shape and strides of
+    each, which is all a descriptor encodes) one bound launch over cached, immutable descriptors
+    (:func:`tkreg.tma.descriptor`): a repeated call encodes no CUtensorMap and binds no argument.
+    The caller has checked TMA's rules for these tensors. Launch hooks (profilers) and anything
+    else fastlaunch does not take get triton's ordinary launch, as fastlaunch decides."""
 
-    def __init__(self, kernel: Any) -> None:
+    def __init__(self, kernel: Any, max_bound: int = BOUND_LAUNCHES) -> None:
         self.kernel = kernel
-        self._compiled: dict[Any, Any] = {}
+        self.max_bound = max_bound
+        self._launchers: dict[Any, Any] = {}
+        self._bound: dict[Any, Any] = {}
 
-    def __call__(self, grid: tuple[int, ...], descriptors: Sequence[Any], constexprs: Mapping[str, Any],
-                 options: Mapping[str, Any], variant: Any) -> None:  # fmt: skip
-        """``variant``: a hashable key for everything that decides the compiled kernel but the device:
-        the constexprs, options, block shapes and the descriptors' dtypes (the caller's plan knows them)."""
-        from triton import knobs
-        from triton.runtime import driver
+    def __call__(self, grid: tuple[int, ...], tensors: Sequence[Any], blocks: Mapping[str, Sequence[int]],
+                 constexprs: Mapping[str, Any], options: Mapping[str, Any], variant: Any) -> None:  # fmt: skip
+        """``tensors``: A, B as stored (W for ``x @ W.t()``), C; ``blocks``: their block shapes under
+        "a", "b", "c"; ``variant``: a hashable key for everything that decides the compiled kernel."""
+        key = (variant, *((t.data_ptr(), t.shape, t.stride()) for t in tensors))
+        bound = self._bound.get(key)
+        if bound is None:
+            from tkreg.fastlaunch import Launcher
+            from tkreg.tma import descriptor
 
-        device = driver.active.get_current_device()
-        key = (variant, device)
-        compiled = self._compiled.get(key)
-        hooked = knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls
-        if compiled is None or hooked:
-            compiled = self.kernel[grid](*descriptors, **constexprs, **options)
-            if compiled is not None and not hooked:
-                self._compiled[key] = compiled
-            return
-        args = (*descriptors, *(constexprs[name] for name in self.kernel.arg_names[len(descriptors) :]))
-        stream = driver.active.get_current_stream(device)
-        g1 = grid[1] if len(grid) > 1 else 1
-        g2 = grid[2] if len(grid) > 2 else 1
-        compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+            launcher = self._launchers.get(variant)
+            if launcher is None:
+                launcher = self._launchers[variant] = Launcher(self.kernel, **constexprs, **options)
+            descs = [
+                descriptor(t, blocks[name], name, _layout(tuple(blocks[name]), t.dtype), checked=True)
+                for t, name in zip(tensors, ("a", "b", "c"))
+            ]
+            if len(self._bound) >= self.max_bound:
+                del self._bound[next(iter(self._bound))]  # the oldest
+            bound = self._bound[key] = launcher.bind(*descs)
+        bound(grid)
 
 
-def launch_gluon(kernel: Any, grid: tuple[int, ...], descriptors: Sequence[Any], constexprs: Mapping[str, Any],
-                 options: Mapping[str, Any]) -> None:  # fmt: skip
-    """Launch a Gluon matmul kernel whose runtime arguments are its TMA descriptors (the JIT path)."""
-    kernel[grid](*descriptors, **constexprs, **options)
+def operands(a: Any, b: Any, c: Any, b_layout: str) -> tuple[Any, Any, Any]:
+    """The tensors the descriptors describe: B as stored (W = B.t() for ``nk``)."""
+    return a, (b.t() if b_layout == NK else b), c

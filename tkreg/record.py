@@ -16,6 +16,7 @@ Paths are relative to the current directory (run it from the repository root).
 ``{{ plots PATH op=OP }}``                                  the report's plots of OP, written beside it
 ``{{ record PATH }}``                                       a tkreg.records envelope, with its meta
 ``{{ records DIR }}``                                       every envelope in DIR no record line placed
+``{{ matmul-suite PATH }}``                                 scripts/gpu/matmul_suite.py's record, per case
 ==========================================================  =========================================
 
 PATH for the first six is pytest-benchmark JSON (``--benchmark-json``, .json or .json.gz).
@@ -75,6 +76,7 @@ class Builder:
             ),
             "plots": lambda: self.plots(path, opts["op"]),
             "record": lambda: record_tables.record_table(load_record(path)),
+            "matmul-suite": lambda: record_tables.matmul_suite_table(load_record(path)),
             "records": lambda: self.records(path),
         }
         if name not in renderers:
@@ -137,7 +139,7 @@ def build(template: Path, out: Path = DEFAULT_OUT, plots_dir: Path = DEFAULT_PLO
     builder = Builder(out, plots_dir, write_plots)
     lines = template.read_text().splitlines()
     parsed = [parse(line) for line in lines]
-    builder.placed = {Path(p[1]).resolve() for p in parsed if p and p[0] == "record"}
+    builder.placed = {Path(p[1]).resolve() for p in parsed if p and p[0] in ("record", "matmul-suite")}
     body = []
     for number, (line, directive) in enumerate(zip(lines, parsed), start=1):
         if directive is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -131,4 +132,40 @@ def record_table(document: Mapping[str, Any]) -> str:
     notes = str(document.get("notes") or "").strip()
     if notes:
         parts += ["", *(f"> {line}" if line else ">" for line in notes.splitlines())]
+    return "\n".join(parts)
+
+
+def matmul_suite_table(document: Mapping[str, Any]) -> str:
+    """scripts/gpu/matmul_suite.py's rows as one line per case, layout and dtype: cuBLAS TFLOP/s,
+    then the launcher's pick at the time of the run and the fastest measured config of each kernel
+    as ratios to cuBLAS, and the geometric mean of the fastest Hopper config per dtype."""
+    cases: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
+    for row in document.get("rows") or []:
+        if "ms" in row:
+            key = (row["M"], row["N"], row["K"], row["layout"], row["dtype"])
+            cases.setdefault(key, {}).setdefault(row["kernel"], []).append(row)
+    lines, best_ratios = [], {}
+    for (M, N, K, layout, dtype), kernels in cases.items():
+        if "cublas" not in kernels:
+            continue
+        cublas = min(r["ms"] for r in kernels["cublas"])
+        short = dtype.replace("bfloat", "bf").replace("float", "fp")
+        cells = [f"{M}x{N}x{K}", layout, short, f"{2 * M * N * K / cublas * 1e-9:.0f}"]
+        for kernel in ("hopper", "triton"):
+            rows = kernels.get(kernel, [])
+            pick = next((r for r in rows if r.get("pick")), None)
+            best = min(rows, key=lambda r: r["ms"]) if rows else None
+            cells.append(f"{cublas / pick['ms']:.2f}" if pick else "-")
+            cells.append(f"{cublas / best['ms']:.2f} ({best['config']})" if best else "-")
+            if kernel == "hopper" and best:
+                best_ratios.setdefault(dtype, []).append(cublas / best["ms"])
+        lines.append(cells)
+    columns = ["M x N x K", "B", "dtype", "cuBLAS TFLOP/s", "hopper pick", "hopper best (config)", "triton pick",
+               "triton best (config)"]  # fmt: skip
+    numeric = [False, False, False, True, True, False, True, False]
+    parts = [f"*{document['kind']}*: {provenance(document.get('meta') or {})}", "", table(columns, lines, numeric), ""]
+    for dtype, ratios in best_ratios.items():
+        geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        parts.append(f"- {dtype}: fastest Hopper config per case at a geometric mean of {geomean:.3f}x cuBLAS "
+                     f"over {len(ratios)} cases, lowest {min(ratios):.2f}x")  # fmt: skip
     return "\n".join(parts)

@@ -93,11 +93,11 @@ class Dispatcher:
     def prepare(self, plan: Plan, inputs: Sequence[Any]) -> None:
         """Build ``plan.run`` for calls of this signature: everything the signature fixes (views,
         output shape, dtype and device, the launcher) is bound once."""
-        if not plan.launchers:
-            reason = plan.peer_reason
-            plan.run = lambda inputs: self.call_peer(inputs, reason)
-            return
         import torch
+
+        if not plan.launchers:
+            plan.run = self.peer_run(inputs, plan.peer_reason)
+            return
 
         name, launch = plan.launchers[0]
         view = plan.view
@@ -178,19 +178,30 @@ class Dispatcher:
         self.prepare(plan, inputs)
 
     # -- the peer ------------------------------------------------------------------------------
-    def call_peer(self, inputs: Sequence[Any], reason: str) -> Any:
+    def peer_run(self, inputs: Sequence[Any], reason: str) -> Callable[[Sequence[Any]], Any]:
+        """Calls of the peer for inputs of this signature: the peer resolved and the output's shape,
+        dtype and device (fixed by the signature) worked out once, not per call."""
         if self.op.peer is None:
             raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and op {self.op.name!r} has no peer to fall back to")
         import torch
 
-        out = self.form.new_output(inputs)
-        try:
-            refs.resolve(self.op.peer)(*inputs, out=out)
-        except torch.OutOfMemoryError:
-            raise
-        except (RuntimeError, TypeError, ValueError) as e:  # inputs even the peer cannot take
-            raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}") from e
-        return out
+        peer = refs.resolve(self.op.peer)
+        spec = self.form.output_spec(inputs)
+        new_output = self.form.new_output
+        empty = torch.empty
+        shape, dtype, device = (spec.shape, spec.dtype, spec.device) if spec is not None else ((), None, None)
+
+        def run(inputs: Sequence[Any]) -> Any:
+            out = empty(shape, dtype=dtype, device=device) if spec is not None else new_output(inputs)
+            try:
+                peer(*inputs, out=out)
+            except torch.OutOfMemoryError:
+                raise
+            except (RuntimeError, TypeError, ValueError) as e:  # inputs even the peer cannot take
+                raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}") from e
+            return out
+
+        return run
 
     def warn_peer(self, reason: str) -> None:
         if self.op.peer is None or reason in self._warned:

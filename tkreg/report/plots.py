@@ -41,6 +41,9 @@ def _series(results: Sequence[Result]) -> dict[tuple[str, str], list[Result]]:
     return series
 
 
+CROWDED_COLUMNS = 16  # more (case, dtype) columns than this get vertical labels
+
+
 def _dot_plot(ax: Any, results: Sequence[Result], value: Any) -> None:
     """One column per (case, dtype); each kernel/config a marker, side by side within a column."""
     from matplotlib import colormaps
@@ -59,7 +62,10 @@ def _dot_plot(ax: Any, results: Sequence[Result], value: Any) -> None:
         style = PEER_STYLE if rows[0].is_peer else {"color": colours[n % len(colours)], "marker": MARKERS[n % len(MARKERS)]}
         xs, ys = zip(*points)
         ax.plot(xs, ys, linestyle="none", markersize=6, label=names[(kernel, config)], **style)
-    ax.set_xticks(range(len(groups)), [f"{case}\n{SHORT_NAMES.get(dtype, dtype)}" for case, dtype in groups], fontsize=8)
+    crowded = len(groups) > CROWDED_COLUMNS  # labels side by side would overlap: stand them up
+    labels = [f"{case} {SHORT_NAMES.get(dtype, dtype)}" if crowded else f"{case}\n{SHORT_NAMES.get(dtype, dtype)}"
+              for case, dtype in groups]  # fmt: skip
+    ax.set_xticks(range(len(groups)), labels, fontsize=7 if crowded else 8, rotation=90 if crowded else 0)
     for i in range(1, len(groups)):
         ax.axvline(i - 0.5, color="0.9", linewidth=0.8, zorder=0)
     ax.grid(axis="y", color="0.9")
@@ -68,6 +74,11 @@ def _dot_plot(ax: Any, results: Sequence[Result], value: Any) -> None:
 
 def _legend(ax: Any, count: int) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False, ncols=1 if count <= 24 else 2)
+
+
+def _height(groups: int) -> float:
+    """Inches: vertical case labels need more room below the axes."""
+    return 7.0 if groups > CROWDED_COLUMNS else 5.5
 
 
 def _width(groups: int, series: int) -> float:
@@ -82,7 +93,7 @@ def throughput_plot(results: Sequence[Result], path: str | Path, title: str = ""
     if not rated:
         return None
     unit = rated[0].unit
-    fig = _figure(_width(len(_groups(rated)), len(_series(rated))), 5.5)
+    fig = _figure(_width(len(_groups(rated)), len(_series(rated))), _height(len(_groups(rated))))
     ax = fig.subplots()
     _dot_plot(ax, rated, lambda r: r.throughput)
     ceilings = [r.ceiling for r in rated if r.ceiling]
@@ -106,7 +117,7 @@ def speedup_plot(results: Sequence[Result], path: str | Path, title: str = "") -
     compared = [r for r in results if r.speedup is not None and not r.is_peer]
     if not compared:
         return None
-    fig = _figure(_width(len(_groups(compared)), len(_series(compared))), 5.5)
+    fig = _figure(_width(len(_groups(compared)), len(_series(compared))), _height(len(_groups(compared))))
     ax = fig.subplots()
     _dot_plot(ax, compared, lambda r: r.speedup)
     ax.axhline(1.0, color="black", linewidth=1.0, label="peer (1x)")

@@ -2,7 +2,7 @@
 
     python scripts/measured_from_bench.py BENCH_JSON DATE "COMMAND" > plugins/reductions/tkreg_reductions/measured.json
 
-BENCH_JSON is pytest-benchmark's ``--benchmark-json`` output of ``pytest --tkreg --tkreg-bench``;
+BENCH_JSON (.json or .json.gz) is pytest-benchmark's ``--benchmark-json`` output of ``pytest --tkreg --tkreg-bench``;
 the table keeps, per benchmark shape and dtype, each sum_row kernel's GB/s at its own choice of
 parameters, the figures lookup ranks by.
 """
@@ -27,5 +27,6 @@ def table(bench: dict[str, Any], date: str, command: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(json.dumps(table(json.load(f), sys.argv[2], sys.argv[3]), indent=1, sort_keys=True))
+    from tkreg.report.results import read_json  # plain or gzip-compressed, as benchmarks/data keeps them
+
+    print(json.dumps(table(read_json(sys.argv[1]), sys.argv[2], sys.argv[3]), indent=1, sort_keys=True))

@@ -11,7 +11,6 @@ killed and the next request starts a fresh one.
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,21 +20,12 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
-from .aot import CompiledCode, TargetCheck, compile_and_check
+from .aot import CompiledCode, compile_and_check
 from .harness import resolve_config
 
 
 class CompileFailed(RuntimeError):
     pass
-
-
-def _module_from_path(name: str, path: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"tkreg_worker_plugin_{name}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import plugin {name} from {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def compile_request(registry: Any, request: dict[str, Any], save_dir: str | None) -> dict[str, Any]:
@@ -64,10 +54,9 @@ def compile_request(registry: Any, request: dict[str, Any], save_dir: str | None
 
 
 def serve() -> None:
-    from .loading import build_registry
+    from .loading import build_registry, plugins_from_files
 
-    plugins = [(name, _module_from_path(name, path)) for name, path in json.loads(sys.argv[1])]
-    registry = build_registry(plugins=plugins)
+    registry = build_registry(plugins=plugins_from_files(json.loads(sys.argv[1])))
     save_dir = sys.argv[2] or None
     for line in sys.stdin:
         request = json.loads(line)
@@ -95,9 +84,6 @@ class WorkerClient:
             text=True,
             env=env,
         )
-
-    def compile(self, request: dict[str, Any], timeout_s: float) -> TargetCheck:
-        return TargetCheck(**self.request(request, timeout_s)["check"])
 
     def request(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if self._proc is None or self._proc.poll() is not None:

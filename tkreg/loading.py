@@ -40,6 +40,23 @@ def entry_points() -> list[metadata.EntryPoint]:
     return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
+def plugins_from_files(files: Iterable[tuple[str, str]]) -> list[tuple[str, Any]]:
+    """In-process plugins (conftests implementing tkreg hooks) loaded again from their files, as
+    (name, module) pairs for build_registry: how a child process (compile worker, runner) gets the
+    plugins the pytest process found."""
+    import importlib.util
+
+    loaded = []
+    for name, path in files:
+        spec = importlib.util.spec_from_file_location(f"tkreg_child_plugin_{name}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import plugin {name} from {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        loaded.append((name, module))
+    return loaded
+
+
 def build_registry(
     *,
     use_entry_points: bool = True,

@@ -235,12 +235,10 @@ def serve(settings: dict[str, Any]) -> None:
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     requests, answers = _channel()
 
-    from .aot_worker import _module_from_path
     from .jobs import Context, execute
-    from .loading import build_registry
+    from .loading import build_registry, plugins_from_files
 
-    plugins = [(name, _module_from_path(name, path)) for name, path in settings["plugin_files"]]
-    registry = build_registry(plugins=plugins)
+    registry = build_registry(plugins=plugins_from_files(settings["plugin_files"]))
     gpu = bool(settings["gpu"])
     import torch
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.language.core import _aggregate as aggregate
 
 from tkreg.inputs import TMA_ALIGNMENT
@@ -22,13 +21,11 @@ from .checks import gluon_matmul_inputs_reasons, validate_gluon_matmul
 from .layouts import NK
 
 __all__ = [
-    "CheckedDescriptor",
     "Counter",
     "GluonLaunch",
     "ShapeClassCache",
     "descriptor_signatures",
     "gluon_matmul_inputs_reasons",
-    "matmul_descriptors",
     "num_sms",
     "operands",
     "persistent_grid",
@@ -66,42 +63,14 @@ class Counter:
         return Counter(index, phase, self.num_barriers)
 
 
-class CheckedDescriptor(TensorDescriptor):
-    """A Gluon TensorDescriptor for a tensor whose TMA rules the launcher has just checked
-    (validate_gluon_matmul): built without TensorDescriptor's own re-check of the same rules, which
-    costs more than the launch itself at small sizes. Made per call, so it keeps no tensor alive."""
-
-    def __init__(self, base: Any, block_shape: list[int], layout: Any) -> None:
-        self.base = base
-        self.shape = base.shape
-        self.strides = base.stride()
-        self.block_shape = block_shape
-        self.layout = layout
-        self.padding = "zero"
-
-
 @functools.lru_cache(maxsize=256)
 def _layout(block_shape: tuple[int, ...], dtype: Any) -> Any:
     # NVMMASharedLayout.get_default_for costs microseconds: once per block shape and dtype.
     return shared_layout(list(block_shape), dtype)
 
 
-def matmul_descriptors(a: Any, b: Any, c: Any, blocks: Mapping[str, Sequence[int]], b_layout: str) -> tuple[Any, Any, Any]:
-    """TMA descriptors for A, B and C with the block shapes in ``blocks`` ("a", "b", "c"). B is
-    described as stored: over B itself for ``kn``, over the (N, K) tensor W = B.t() for ``nk``. C is
-    the (M, N) output, or a 3-D split-K workspace. The caller has checked TMA's rules
-    (validate_gluon_matmul), so they are not checked again here."""
-    w = b.t() if b_layout == NK else b
-
-    def make(t: Any, name: str) -> CheckedDescriptor:
-        block = blocks[name]
-        return CheckedDescriptor(t, list(block), _layout(tuple(block), t.dtype))
-
-    return make(a, "a"), make(w, "b"), make(c, "c")
-
-
 def descriptor_signatures(dtype: str, blocks: Mapping[str, Sequence[int]], c_dtype: str | None = None) -> dict[str, str]:
-    """AOT signature entries ``a_desc``, ``b_desc``, ``c_desc`` matching :func:`matmul_descriptors`
+    """AOT signature entries ``a_desc``, ``b_desc``, ``c_desc`` matching the descriptors GluonLaunch makes
     (``c_dtype``: C's element type when it differs from the operands', e.g. a float32 workspace)."""
     return {
         "a_desc": descriptor_signature(dtype, blocks["a"]),

@@ -20,7 +20,7 @@ are therefore kept; they are new names only, so no compile path ever looks them 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -55,7 +55,7 @@ def language_restored() -> Iterator[None]:
                     delattr(target, name)
 
 
-def _interpreter_globals() -> dict[str, Any]:
-    """What the interpreter's FunctionRewriter copies into a jitted function's module."""
+def _interpreter_globals() -> Mapping[str, Any]:
+    """What the interpreter's FunctionRewriter copies into a jitted function's module (read only)."""
     module = sys.modules.get("triton.runtime.interpreter")
-    return dict(vars(module)) if module is not None else {}
+    return vars(module) if module is not None else {}

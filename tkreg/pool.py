@@ -26,6 +26,7 @@ import os
 import select
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -101,6 +102,8 @@ def assign(
     taken: set[int] = set()
     room = dict(capacity)
     starts: list[tuple[Task, Slot]] = []
+    free_slots = sum(1 for s in slots if s.free)
+    head_pending = head is not None and not head.started and head.outcome is None
 
     def pick(candidates: Iterable[int]) -> int | None:
         # Prefer a runner that is already up, then the device with the fewest jobs running.
@@ -114,7 +117,13 @@ def assign(
         return ranked[0] if ranked else None
 
     for task in pending:
-        if task is not head and room.get(task.lane, 0) <= 0:
+        # Nothing more can start: every slot taken, or every lane's look-ahead used and the task
+        # pytest waits for already considered (the queue is long; this runs on every wait).
+        if len(taken) == free_slots or (not head_pending and all(r <= 0 for r in room.values())):
+            break
+        if task is head:
+            head_pending = False
+        elif room.get(task.lane, 0) <= 0:
             continue
         free = [i for i, s in enumerate(slots) if s.lane == task.lane and s.free and i not in taken]
         if task.job.exclusive:
@@ -154,6 +163,7 @@ class RunnerPool:
         self.settings = settings
         self.slots = [Slot("kernel", f) for f in settings.kernel_flavors] + [Slot("compile", f) for f in settings.compile_flavors]
         self._tasks: dict[str, Task] = {}
+        self._unconsumed: Counter[str] = Counter()  # started tasks per lane pytest has not taken yet
         self._order: list[Task] = []  # not yet started, in run order
         self._dying: list[Runner] = []
         self._startup_failures: dict[Flavor, int] = {}
@@ -186,18 +196,21 @@ class RunnerPool:
             # Interrupted while waiting (Ctrl-C, a backstop time-out): the job cannot be trusted.
             self._abandon(task)
             raise
-        del self._tasks[job.item_id]
+        self._forget(task)
         self.done_count += 1
         return task.outcome
 
+    def _forget(self, task: Task) -> None:
+        """pytest has taken the task's outcome (or given up on it)."""
+        self._tasks.pop(task.job.item_id, None)
+        if task.started:
+            self._unconsumed[task.lane] -= 1
+
     # -- the loop --------------------------------------------------------------------------
     def _capacity(self) -> dict[str, int]:
-        lookahead = self.settings.lookahead
-        room = dict.fromkeys(("kernel", "compile"), lookahead)
-        for task in self._tasks.values():
-            if task.started:
-                room[task.lane] -= 1
-        return room
+        """How many more tasks each lane may start: the look-ahead less those started and not yet
+        handed to pytest."""
+        return {lane: self.settings.lookahead - self._unconsumed[lane] for lane in ("kernel", "compile")}
 
     def _pump(self, head: Task) -> None:
         if self._broken:
@@ -218,6 +231,7 @@ class RunnerPool:
 
     def _start(self, task: Task, slot: Slot) -> None:
         task.started = True
+        self._unconsumed[task.lane] += 1
         slot.task = task
         task.where = slot.flavor.describe()
         if slot.state == "idle":
@@ -340,7 +354,7 @@ class RunnerPool:
             if slot.task is task:
                 slot.task = None
                 self._retire(slot, kill=True)
-        self._tasks.pop(task.job.item_id, None)
+        self._forget(task)
         if task in self._order:
             self._order.remove(task)
 
@@ -360,11 +374,6 @@ class RunnerPool:
             more += f"; {starting} runner process{'es' if starting > 1 else ''} starting"
         total = self.done_count + len(self._tasks)
         self.settings.on_progress(f"tkreg: {self.done_count} of {total} jobs done; running: {shown or 'nothing'}{more}")
-
-    def running(self) -> list[tuple[str, str, float]]:
-        """(item id, where, seconds) of the jobs running now."""
-        now = time.monotonic()
-        return [(s.task.job.item_id, s.task.where, now - s.started_at) for s in self.slots if s.state == "busy" and s.task]
 
     def close(self) -> None:
         """End every runner: idle ones get end-of-input, busy ones are killed. Does not wait

@@ -19,6 +19,7 @@ from tkreg import timing
 US = 1e-6
 FLUSH_US = 85.0  # an H100 zeroing 256 MiB
 API_US = {"flush": 5.0, "event": 2.0, "sleep": 3.0, "replay": 6.0}
+GRAPH_LAUNCH_US = 4.0  # the GPU's own latency from reaching a graph launch to its first node
 
 
 class Gpu:
@@ -27,7 +28,7 @@ class Gpu:
     def __init__(self) -> None:
         self.host = 0.0
         self.free = 0.0  # when the GPU finishes what is queued
-        self.capturing: list[float] | None = None
+        self.capturing: list | None = None  # the nodes of a graph being captured: seconds of work or events
         self.events: list = []  # every CUDA event created, in order
 
     def api(self, what: str) -> None:
@@ -48,12 +49,18 @@ class Gpu:
 
 def fake_torch(gpu: Gpu) -> types.ModuleType:
     class Event:
-        def __init__(self, enable_timing: bool = False) -> None:
+        def __init__(self, enable_timing: bool = False, external: bool = False) -> None:
             self.at = 0.0
+            self.external = external
             gpu.events.append(self)
 
         def record(self) -> None:
             gpu.api("event")
+            if gpu.capturing is not None:
+                if not self.external:  # CUDA makes such a record a fork point, not a timestamp
+                    raise RuntimeError("a timing event recorded in a capture must be external")
+                gpu.capturing.append(self)
+                return
             self.at = gpu.enqueue(0.0)
 
         def synchronize(self) -> None:
@@ -73,8 +80,12 @@ def fake_torch(gpu: Gpu) -> types.ModuleType:
 
         def replay(self) -> None:
             gpu.api("replay")
-            for seconds in self.nodes:
-                gpu.enqueue(seconds)
+            gpu.enqueue(GRAPH_LAUNCH_US * US)
+            for node in self.nodes:
+                if isinstance(node, Event):
+                    node.at = gpu.enqueue(0.0)
+                else:
+                    gpu.enqueue(node)
 
     class Stream:
         def wait_stream(self, other: object) -> None:
@@ -157,20 +168,50 @@ def test_without_the_batch_holds_the_same_launcher_reads_its_host_time(gpu: Gpu,
     assert statistics.median(times) > 0.015
 
 
-def test_a_capturable_call_is_replayed_from_a_graph_with_no_idle_gpu_between_repetitions(gpu: Gpu) -> None:
+def test_a_capturable_call_runs_from_one_graph_of_all_repetitions_and_reads_the_kernel_alone(gpu: Gpu) -> None:
     timer = timing.DeviceTimer()
     call = launcher(gpu, host_us=300.0, kernel_us=700.0)  # a compute-bound kernel behind a slow launcher
     reps = timer.reps_for(timer.warmup(call))
+    replays_before = len(gpu.events)
     read = timer.queue(call, reps)
     times = read()
-    assert timer.method == "graph" and timer.describe().startswith("CUDA graph of the call")
-    assert max(times) == pytest.approx(0.7, abs=1e-9) and len(times) == reps
-    # back to back: after the first batch's short head start, the GPU never waits between
-    # repetitions; between one repetition's end event and the next one's start there is the flush alone
-    assert timer.last_holds[0] < 0.1 and not any(timer.last_holds[1:])
+    assert timer.method == "graph of repetitions" and timer.describe().startswith("every repetition")
+    # the events are nodes of the graph: neither the launcher nor the graph launch's latency is inside them
+    assert times == [pytest.approx(0.7, abs=1e-9)] * reps
     starts, ends = gpu.events[-2 * reps : -reps], gpu.events[-reps:]
+    assert len(gpu.events) - replays_before == 2 * reps + 2  # two of the single-call check's events
     gaps = {round((s.at - e.at) / US, 6) for e, s in zip(ends, starts[1:])}
-    assert gaps == {FLUSH_US}
+    assert gaps == {FLUSH_US}  # back to back: the next flush alone between repetitions
+
+
+def test_replaying_a_graph_per_repetition_reads_the_graph_launch_latency_too(gpu: Gpu) -> None:
+    """The method before 2026-11-23 (and the fallback): events on the stream around each replay."""
+    timer = timing.DeviceTimer(graph_of_reps=False)
+    call = launcher(gpu, host_us=300.0, kernel_us=700.0)
+    reps = timer.reps_for(timer.warmup(call))
+    times = timer.queue(call, reps)()
+    assert timer.method == "graph" and timer.describe().startswith("CUDA graph of the call")
+    assert max(times) == pytest.approx(0.7 + GRAPH_LAUNCH_US / 1e3, abs=1e-9) and len(times) == reps
+    # after the first batch's short head start, the GPU never waits for the host between repetitions
+    assert timer.last_holds[0] < 0.1 and not any(timer.last_holds[1:])
+
+
+def test_where_timing_events_cannot_be_captured_each_repetition_replays_a_graph_of_the_call(
+    gpu: Gpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch = sys.modules["torch"]
+    plain_event = torch.cuda.Event
+
+    def older_event(enable_timing: bool = False, **kwargs: object) -> object:  # torch before external events
+        if kwargs:
+            raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
+        return plain_event(enable_timing)
+
+    monkeypatch.setattr(torch.cuda, "Event", older_event)
+    timer = timing.DeviceTimer()
+    times = timer.measure(launcher(gpu, host_us=30.0, kernel_us=200.0))
+    assert timer.method == "graph" and "graph of repetitions: TypeError" in timer.capture_error
+    assert statistics.median(times) == pytest.approx(0.2 + GRAPH_LAUNCH_US / 1e3, abs=1e-9)
 
 
 def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_says_why(gpu: Gpu) -> None:

@@ -2,16 +2,19 @@
 
 Device time (:meth:`DeviceTimer.queue`, :meth:`DeviceTimer.measure`). Each repetition: the L2 cache
 is flushed (a buffer several times the L2 size is zeroed), then CUDA events bracket the work alone.
-Repetitions are queued back to back and read after one synchronization, as
+Repetitions run back to back and are read after one synchronization, as
 triton.testing.do_bench does, after warm-up runs that keep compilation and first-launch costs out;
-the figure is their median. The work is a CUDA graph of the call, captured once, where the call
-can be captured: replaying it costs the host a few microseconds whatever the launcher does, so the
-host stays ahead of the GPU and every workload, a kernel and its peer alike, runs under the same
-conditions: back to back, as in production loops, in do_bench and under CUPTI. Where the call
-cannot be captured, it is queued itself; if its launcher is slower than the GPU's share of a
-repetition, a hold (a spin kernel) before each batch of repetitions gives the host the head start
-it needs to queue the whole batch before the GPU reaches it, so host time never lands inside the
-events.
+the figure is their median. Where the call can be captured, every repetition (flush, event, call,
+event) is captured into one CUDA graph, replayed once: the host is out of the loop, every workload,
+a kernel and its peer alike, runs back to back as in production loops, in do_bench and under
+CUPTI, and the events are nodes of the graph, so they bracket the kernels alone. Replaying a graph
+of one call per repetition between events recorded on the stream (the method until 2026-11-23)
+read 4-6 us per repetition over CUPTI's kernel durations: the graph launch's own latency on the
+GPU lands inside the events (cuBLAS 4096^3, 0.18 ms: +3.4%). That remains the fallback where
+timing events cannot be captured. Where the call cannot be captured, it is queued itself; if its
+launcher is slower than the GPU's share of a repetition, a hold (a spin kernel) before each batch
+of repetitions gives the host the head start it needs to queue the whole batch before the GPU
+reaches it, so host time never lands inside the events.
 
 Why not a hold before every repetition (runs 10-13): it kept the GPU almost idle for 250 us before
 each repetition, and compute-bound kernels then read 11-16% faster than do_bench and CUPTI's
@@ -115,16 +118,17 @@ class DeviceTimer:
         timer.describe()                               # how the device time was measured
     """
 
-    def __init__(self, *, graphs: bool = True, target_ms: float = TARGET_MEASURE_MS) -> None:
+    def __init__(self, *, graphs: bool = True, graph_of_reps: bool = True, target_ms: float = TARGET_MEASURE_MS) -> None:
         import torch
 
         self._torch = torch
         self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.graphs = graphs  # capture calls in CUDA graphs where they can be captured
+        self.graph_of_reps = graph_of_reps  # all repetitions, events included, in one graph
         self.target_ms = target_ms
         self.host_ms = 0.0  # the launcher's host time per call, measured in warmup()
         self.estimate_ms = 0.0  # the call's device time as warmup() estimated it
-        self.method = ""  # how the last queue() ran the work: "graph" or "eager"
+        self.method = ""  # how the last queue() ran the work: "graph of repetitions", "graph" or "eager"
         self.capture_error = ""  # why the last call could not be captured, if it could not
         self.last_holds: list[float] = []  # the holds (ms) the last queue() put before its batches
         self.flush_ms = self._time_flush()
@@ -257,6 +261,11 @@ class DeviceTimer:
         (ms) once the GPU has finished them. Call warmup(fn) first."""
         torch = self._torch
         run, self.method = self.replayable(fn)
+        if self.method == "graph" and self.graph_of_reps:
+            read_graph = self._queue_graph_of_reps(fn, reps)
+            if read_graph is not None:
+                self.method, self.last_holds = "graph of repetitions", []
+                return read_graph
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         host_ms = self._host_per_rep(run, starts[0], ends[0])  # these events are recorded again below
@@ -270,6 +279,35 @@ class DeviceTimer:
             end.record()
 
         def read(_keep: Any = run) -> list[float]:  # _keep: the graph and its memory outlive the replays
+            return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+        return read
+
+    def _queue_graph_of_reps(self, fn: Callable[[], Any], reps: int) -> Callable[[], list[float]] | None:
+        """Capture ``reps`` repetitions (flush, timing event, call, timing event) into one CUDA graph
+        and replay it; None where timing events cannot be captured (the reason in
+        ``capture_error``; torch before external events, say)."""
+        torch = self._torch
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        try:
+            # external: the events become record nodes of the graph, timed when the graph runs
+            starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(reps)]
+            ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(reps)]
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                for start, end in zip(starts, ends):
+                    self.flush()
+                    start.record()
+                    fn()
+                    end.record()
+        except Exception as e:  # timing events the capture cannot take
+            torch.cuda.synchronize()
+            self.capture_error = f"graph of repetitions: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            return None
+        graph.replay()
+
+        def read(_keep: Any = graph) -> list[float]:  # _keep: the graph and its memory outlive the replay
             return [start.elapsed_time(end) for start, end in zip(starts, ends)]
 
         return read
@@ -306,6 +344,9 @@ class DeviceTimer:
         """How the last queue() measured device time, in words that are the same for every item
         measured the same way (why a call could not be captured is in ``capture_error``)."""
         common = "L2 flushed before each repetition, CUDA events around the work, repetitions queued back to back; median"
+        if self.method == "graph of repetitions":
+            return ("every repetition (L2 flush, CUDA event, the call, CUDA event) captured into one CUDA graph, "
+                    "replayed once; back to back; median")
         if self.method == "graph":
             return f"CUDA graph of the call, captured once and replayed; {common}"
         return (f"the call itself (not captured in a CUDA graph); {common}; before each batch of {BATCH_REPS}, "

@@ -2,19 +2,22 @@
 with the probes that tell why a hold before every repetition read compute-bound kernels fast
 (GPU only; about 2 minutes on an H100, compiles included).
 
-    python scripts/gpu/check_timing.py      # PASS/FAIL per check, a table last; $OUT/timing_check.json, timing_probe.json
+    python scripts/gpu/check_timing.py [--probe]   # PASS/FAIL per check, a table last; $OUT/timing_check.json
+                                                   # (--probe: the hold probes too, $OUT/timing_probe.json)
 
 Per workload (compute-bound: cuBLAS bf16 8192x8192x4096, matmul_hopper_ws on the same shape, cuBLAS
 bf16 4096^3; memory-bound: adds and a row sum at 16384^2, and 1024^2 adds behind a fast and a
 slow launcher), measured next to each other:
-- tkreg: tkreg.timing.DeviceTimer (the benchmark items' device time), and how it ran (graph/eager);
+- tkreg: tkreg.timing.DeviceTimer (the benchmark items' device time), and how it ran (a graph of
+  all repetitions, a graph per repetition, or eager); per-replay: the same repetitions timed the way
+  the timer did before 2026-11-23 (a graph of the call replayed per repetition), against CUPTI;
 - CUPTI: the work's own kernel durations (torch.profiler), flushed calls queued back to back: the
   reference; and CUPTI's durations of the timer's own repetitions (do events and kernels agree?);
 - do_bench: triton.testing.do_bench, median; wall: DeviceTimer.wall (should equal do_bench);
 - held: the previous timer (250 us spin before each repetition), for comparison with the record.
 Compute-bound workloads run ROUNDS interleaved rounds, so drift between methods shows.
 
-Probes on cuBLAS 8192x8192x4096 (why the held timer read fast): repetitions with no hold and with
+Probes (--probe) on cuBLAS 8192x8192x4096 (why the held timer read fast): repetitions with no hold and with
 holds of 0.05, 0.25 and 1 ms, each under CUPTI with the SM clock, power and clock-event reasons
 sampled through NVML: whether the kernel itself ran faster (CUPTI agrees with the events) or the
 events missed part of it (they disagree, or the kernel starts before the spin kernel ends), and
@@ -197,6 +200,12 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
     tkreg_ms, method = med(read()), timer.method
     b2b = under_cupti(lambda: timer.queue_wall(w.fn, cupti_reps), cupti_reps, w.kernels)
     own = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
+    timer.graph_of_reps = False  # the method before 2026-11-23: a graph of the call replayed per repetition
+    try:
+        per_replay = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
+        per_replay_method = timer.method
+    finally:
+        timer.graph_of_reps = True
     bench_ms = triton.testing.do_bench(w.fn, warmup=25, rep=int(TARGET_MS), return_mode="median")
     wall_ms = med(timer.wall(w.fn, reps))
     with Sampler(nvml) as held_clock:
@@ -211,6 +220,9 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
         "tkreg_over_cupti": tkreg_ms / med(b2b.per_call_ms),
         "same_reps_events_ms": med(own.events_ms),
         "same_reps_cupti_ms": med(own.per_call_ms),
+        "per_replay_timer": per_replay_method,
+        "per_replay_events_ms": med(per_replay.events_ms),
+        "per_replay_cupti_ms": med(per_replay.per_call_ms),
         "do_bench_ms": bench_ms,
         "wall_ms": wall_ms,
         "held_ms": med(held()),
@@ -346,7 +358,7 @@ def main() -> None:
     timer = DeviceTimer(target_ms=TARGET_MS)
     work = workloads()
     rows: list[dict[str, Any]] = []
-    probes = probe_holds(timer, nvml, work[0])
+    probes = probe_holds(timer, nvml, work[0]) if "--probe" in sys.argv else []
     for w in work:
         if time.monotonic() - START > BUDGET_S:
             log(f"{w.name}: not run (past the {BUDGET_S:.0f} s budget)")
@@ -357,23 +369,27 @@ def main() -> None:
             except Exception as e:  # one workload failing must not lose the others' figures
                 log(f"ERROR {w.name}: {type(e).__name__}: {str(e)[:300]}")
             torch.cuda.empty_cache()
-    findings = verdict(probes)
+    findings = verdict(probes) if probes else []
     checks = check(rows)
     summary = per_bound(checks)
     notes = "\n".join(findings + summary + [f"{'ok' if ok else 'FAIL'} {detail}" for _, ok, detail in checks])
     records.save("timing_check", rows, notes=notes)
-    records.save("timing_probe", probes, notes="\n".join(findings))
+    if probes:
+        records.save("timing_probe", probes, notes="\n".join(findings))
     # Short enough for the last 30 lines of a log: findings, one PASS/FAIL line per bound, the table.
-    print("\nwhy the held timer read fast:")
-    for line in findings:
-        print(f"  {line}")
+    if findings:
+        print("\nwhy the held timer read fast:")
+        for line in findings:
+            print(f"  {line}")
     print("\n" + "\n".join(summary))
-    header = ("workload", "timer", "tkreg", "CUPTI", "ratio", "same-reps", "do_bench", "wall", "held")
-    print("\n{:36s} {:>5s} {:>8s} {:>8s} {:>6s} {:>9s} {:>9s} {:>8s} {:>8s}  (ms)".format(*header))
+    header = ("workload", "timer", "tkreg", "CUPTI", "ratio", "same-reps", "per-replay", "do_bench", "wall", "held")
+    print("\n{:36s} {:>6s} {:>8s} {:>8s} {:>6s} {:>9s} {:>10s} {:>9s} {:>8s} {:>8s}  (ms)".format(*header))
     for r in rows:
         same = r["same_reps_events_ms"] / r["same_reps_cupti_ms"]
-        print(f"{r['workload'][:36]:36s} {r['timer']:>5s} {r['tkreg_ms']:8.4f} {r['cupti_ms']:8.4f} {r['tkreg_over_cupti']:6.3f} "
-              f"{same:9.3f} {r['do_bench_ms']:9.4f} {r['wall_ms']:8.4f} {r['held_ms']:8.4f}")
+        replay = r["per_replay_events_ms"] / r["per_replay_cupti_ms"]
+        print(f"{r['workload'][:36]:36s} {r['timer'][:6]:>6s} {r['tkreg_ms']:8.4f} {r['cupti_ms']:8.4f} "
+              f"{r['tkreg_over_cupti']:6.3f} {same:9.3f} {replay:10.3f} {r['do_bench_ms']:9.4f} {r['wall_ms']:8.4f} "
+              f"{r['held_ms']:8.4f}")
 
 
 def per_bound(checks: list[tuple[str, bool, str]]) -> list[str]:

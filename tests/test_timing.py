@@ -20,6 +20,7 @@ US = 1e-6
 FLUSH_US = 85.0  # an H100 zeroing 256 MiB
 API_US = {"flush": 5.0, "event": 2.0, "sleep": 3.0, "replay": 6.0}
 GRAPH_LAUNCH_US = 4.0  # the GPU's own latency from reaching a graph launch to its first node
+EVENT_US = 1.0  # GPU time a recorded event costs the work behind it (inside a bracket that starts with it)
 
 
 class Gpu:
@@ -62,6 +63,7 @@ def fake_torch(gpu: Gpu) -> types.ModuleType:
                 gpu.capturing.append(self)
                 return
             self.at = gpu.enqueue(0.0)
+            gpu.free += EVENT_US * US
 
         def synchronize(self) -> None:
             gpu.wait(self.at)
@@ -84,6 +86,7 @@ def fake_torch(gpu: Gpu) -> types.ModuleType:
             for node in self.nodes:
                 if isinstance(node, Event):
                     node.at = gpu.enqueue(0.0)
+                    gpu.free += EVENT_US * US
                 else:
                     gpu.enqueue(node)
 
@@ -156,7 +159,7 @@ def test_a_slow_launcher_s_host_time_stays_out_of_the_events_without_graphs(gpu:
     call = launcher(gpu, host_us=100.0, kernel_us=10.0)
     times = timer.measure(call)
     assert timer.method == "eager" and len(times) == timing.MAX_REPS
-    assert max(times) == pytest.approx(0.010, abs=1e-9), max(times)
+    assert max(times) == pytest.approx(0.010 + EVENT_US / 1e3, abs=1e-9), max(times)
     assert timer.describe().startswith("the call itself (not captured") and timer.capture_error == "graphs turned off"
 
 
@@ -172,16 +175,20 @@ def test_a_capturable_call_runs_from_one_graph_of_all_repetitions_and_reads_the_
     timer = timing.DeviceTimer()
     call = launcher(gpu, host_us=300.0, kernel_us=700.0)  # a compute-bound kernel behind a slow launcher
     reps = timer.reps_for(timer.warmup(call))
-    replays_before = len(gpu.events)
     read = timer.queue(call, reps)
     times = read()
     assert timer.method == "graph of repetitions" and timer.describe().startswith("every repetition")
-    # the events are nodes of the graph: neither the launcher nor the graph launch's latency is inside them
+    # neither the launcher, nor the graph launch's latency, nor the events' own cost is in the figure
     assert times == [pytest.approx(0.7, abs=1e-9)] * reps
-    starts, ends = gpu.events[-2 * reps : -reps], gpu.events[-reps:]
-    assert len(gpu.events) - replays_before == 2 * reps + 2  # two of the single-call check's events
-    gaps = {round((s.at - e.at) / US, 6) for e, s in zip(ends, starts[1:])}
-    assert gaps == {FLUSH_US}  # back to back: the next flush alone between repetitions
+    assert timer.bracket_flush_ms == pytest.approx((FLUSH_US + EVENT_US) / 1e3, abs=1e-9)
+
+
+def test_events_around_the_call_alone_read_the_start_event_s_cost(gpu: Gpu) -> None:
+    timer = timing.DeviceTimer(flush_in_bracket=False)
+    call = launcher(gpu, host_us=300.0, kernel_us=700.0)
+    times = timer.queue(call, timer.reps_for(timer.warmup(call)))()
+    assert timer.method == "graph of repetitions"
+    assert times == [pytest.approx(0.7 + EVENT_US / 1e3, abs=1e-9)] * len(times)
 
 
 def test_replaying_a_graph_per_repetition_reads_the_graph_launch_latency_too(gpu: Gpu) -> None:
@@ -191,7 +198,7 @@ def test_replaying_a_graph_per_repetition_reads_the_graph_launch_latency_too(gpu
     reps = timer.reps_for(timer.warmup(call))
     times = timer.queue(call, reps)()
     assert timer.method == "graph" and timer.describe().startswith("CUDA graph of the call")
-    assert max(times) == pytest.approx(0.7 + GRAPH_LAUNCH_US / 1e3, abs=1e-9) and len(times) == reps
+    assert max(times) == pytest.approx(0.7 + (GRAPH_LAUNCH_US + EVENT_US) / 1e3, abs=1e-9) and len(times) == reps
     # after the first batch's short head start, the GPU never waits for the host between repetitions
     assert timer.last_holds[0] < 0.1 and not any(timer.last_holds[1:])
 
@@ -211,7 +218,7 @@ def test_where_timing_events_cannot_be_captured_each_repetition_replays_a_graph_
     timer = timing.DeviceTimer()
     times = timer.measure(launcher(gpu, host_us=30.0, kernel_us=200.0))
     assert timer.method == "graph" and "graph of repetitions: TypeError" in timer.capture_error
-    assert statistics.median(times) == pytest.approx(0.2 + GRAPH_LAUNCH_US / 1e3, abs=1e-9)
+    assert statistics.median(times) == pytest.approx(0.2 + (GRAPH_LAUNCH_US + EVENT_US) / 1e3, abs=1e-9)
 
 
 def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_says_why(gpu: Gpu) -> None:
@@ -219,7 +226,7 @@ def test_a_call_that_cannot_be_captured_is_timed_eagerly_and_says_why(gpu: Gpu) 
     call = launcher(gpu, host_us=50.0, kernel_us=20.0, capturable=False)
     times = timer.measure(call)
     assert timer.method == "eager" and "not permitted when stream is capturing" in timer.capture_error
-    assert max(times) == pytest.approx(0.020, abs=1e-9)
+    assert max(times) == pytest.approx(0.020 + EVENT_US / 1e3, abs=1e-9)
 
 
 def test_a_graph_that_did_not_capture_the_work_is_not_used(gpu: Gpu) -> None:
@@ -234,7 +241,7 @@ def test_a_graph_that_did_not_capture_the_work_is_not_used(gpu: Gpu) -> None:
 
     times = timer.measure(elsewhere)
     assert timer.method == "eager" and "replayed in" in timer.capture_error
-    assert statistics.median(times) == pytest.approx(0.040, abs=1e-9)
+    assert statistics.median(times) == pytest.approx(0.040 + EVENT_US / 1e3, abs=1e-9)
 
 
 def test_wall_time_includes_a_launcher_slower_than_flush_plus_kernel(gpu: Gpu) -> None:

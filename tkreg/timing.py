@@ -118,13 +118,22 @@ class DeviceTimer:
         timer.describe()                               # how the device time was measured
     """
 
-    def __init__(self, *, graphs: bool = True, graph_of_reps: bool = True, target_ms: float = TARGET_MEASURE_MS) -> None:
+    def __init__(
+        self,
+        *,
+        graphs: bool = True,
+        graph_of_reps: bool = True,
+        flush_in_bracket: bool = True,
+        target_ms: float = TARGET_MEASURE_MS,
+    ) -> None:
         import torch
 
         self._torch = torch
         self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.graphs = graphs  # capture calls in CUDA graphs where they can be captured
         self.graph_of_reps = graph_of_reps  # all repetitions, events included, in one graph
+        self.flush_in_bracket = flush_in_bracket  # (graph of repetitions) less a bracket of the flush alone
+        self.bracket_flush_ms = 0.0  # the flush-alone brackets' median in the last graph of repetitions
         self.target_ms = target_ms
         self.host_ms = 0.0  # the launcher's host time per call, measured in warmup()
         self.estimate_ms = 0.0  # the call's device time as warmup() estimated it
@@ -284,23 +293,40 @@ class DeviceTimer:
         return read
 
     def _queue_graph_of_reps(self, fn: Callable[[], Any], reps: int) -> Callable[[], list[float]] | None:
-        """Capture ``reps`` repetitions (flush, timing event, call, timing event) into one CUDA graph
-        and replay it; None where timing events cannot be captured (the reason in
-        ``capture_error``; torch before external events, say)."""
+        """Capture ``reps`` repetitions into one CUDA graph and replay it; None where timing events
+        cannot be captured (the reason in ``capture_error``; torch before external events, say).
+
+        With ``flush_in_bracket`` each repetition is two brackets of events: one around the flush
+        and the call, one around a flush alone; the call's time is the first less the median of
+        the second. Events around the call alone read 3-6 us over CUPTI's kernel durations on an
+        H100 (the kernel's launch after the start event, the drain before the end event); both
+        brackets pay that once, so it cancels, and what remains is the call's time back to back
+        behind the flush, as a kernel behind another kernel in a stream."""
         torch = self._torch
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream()
         try:
             # external: the events become record nodes of the graph, timed when the graph runs
-            starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(reps)]
-            ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(reps)]
+            def pairs() -> list[tuple[Any, Any]]:
+                return [(torch.cuda.Event(enable_timing=True, external=True),
+                         torch.cuda.Event(enable_timing=True, external=True)) for _ in range(reps)]  # fmt: skip
+
+            work, bare = pairs(), pairs() if self.flush_in_bracket else []
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                for start, end in zip(starts, ends):
-                    self.flush()
-                    start.record()
+                for i, (start, end) in enumerate(work):
+                    if self.flush_in_bracket:
+                        start.record()
+                        self.flush()
+                    else:
+                        self.flush()
+                        start.record()
                     fn()
                     end.record()
+                    if bare:
+                        bare[i][0].record()
+                        self.flush()
+                        bare[i][1].record()
         except Exception as e:  # timing events the capture cannot take
             torch.cuda.synchronize()
             self.capture_error = f"graph of repetitions: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
@@ -308,7 +334,11 @@ class DeviceTimer:
         graph.replay()
 
         def read(_keep: Any = graph) -> list[float]:  # _keep: the graph and its memory outlive the replay
-            return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+            times = [start.elapsed_time(end) for start, end in work]
+            if not bare:
+                return times
+            self.bracket_flush_ms = statistics.median(start.elapsed_time(end) for start, end in bare)
+            return [t - self.bracket_flush_ms for t in times]
 
         return read
 
@@ -344,6 +374,9 @@ class DeviceTimer:
         """How the last queue() measured device time, in words that are the same for every item
         measured the same way (why a call could not be captured is in ``capture_error``)."""
         common = "L2 flushed before each repetition, CUDA events around the work, repetitions queued back to back; median"
+        if self.method == "graph of repetitions" and self.flush_in_bracket:
+            return ("every repetition captured into one CUDA graph, replayed once, back to back: CUDA events around "
+                    "an L2 flush and the call, less the median of events around a flush alone; median")
         if self.method == "graph of repetitions":
             return ("every repetition (L2 flush, CUDA event, the call, CUDA event) captured into one CUDA graph, "
                     "replayed once; back to back; median")

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,8 @@ class Cupti:
     per_call_ms: list[float]  # the work's kernels per call (flush and spin kernels left out)
     events_ms: list[float]  # the events of the same repetitions, where there were any
     spin_gap_us: list[float]  # from each spin kernel's end to the work's next kernel start
+    names: list[str] = field(default_factory=list)  # the work's kernels (distinct names)
+    other: list[str] = field(default_factory=list)  # flushes and spins left out (distinct names)
 
 
 def under_cupti(queue: Callable[[], Callable[[], list[float]] | None], reps: int, per_call: int = 1) -> Cupti:
@@ -162,8 +164,12 @@ def under_cupti(queue: Callable[[], Callable[[], list[float]] | None], reps: int
     kernels = sorted(
         (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: e.time_range.start
     )
-    work, gaps, spin_end = [], [], None
+    work, gaps, spin_end, names, other = [], [], None, {}, {}
     for e in kernels:
+        if "spin_kernel" in e.name or "FillFunctor" in e.name or "Memset" in e.name:
+            other[e.name[:60]] = True
+        else:
+            names[e.name[:60]] = True
         if "spin_kernel" in e.name:
             spin_end = e.time_range.end
         elif "FillFunctor" not in e.name and "Memset" not in e.name:
@@ -173,10 +179,10 @@ def under_cupti(queue: Callable[[], Callable[[], list[float]] | None], reps: int
             work.append(e.time_range.elapsed_us() / 1e3)
     if len(work) < reps * per_call:
         log(f"CUPTI saw {len(work)} kernels of the work for {reps} repetitions of {per_call}: no CUPTI figure")
-        return Cupti([], events_ms, gaps)
+        return Cupti([], events_ms, gaps, list(names), list(other))
     work = work[len(work) - reps * per_call :]
     calls = [sum(work[i : i + per_call]) for i in range(0, len(work), per_call)]
-    return Cupti(calls, events_ms, gaps[-reps:])
+    return Cupti(calls, events_ms, gaps[-reps:], list(names), list(other))
 
 
 def med(values: list[float]) -> float:
@@ -200,12 +206,21 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
     tkreg_ms, method = med(read()), timer.method
     b2b = under_cupti(lambda: timer.queue_wall(w.fn, cupti_reps), cupti_reps, w.kernels)
     own = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
-    timer.graph_of_reps = False  # the method before 2026-11-23: a graph of the call replayed per repetition
+    # The same repetitions timed the ways the timer did before: a graph of the call replayed per
+    # repetition (until 2026-11-23), and a graph of all repetitions with events around the call alone.
+    timer.graph_of_reps = False
     try:
         per_replay = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
         per_replay_method = timer.method
     finally:
         timer.graph_of_reps = True
+    timer.flush_in_bracket = False
+    try:
+        call_bracket = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
+    finally:
+        timer.flush_in_bracket = True
+    if rnd == 0:
+        log(f"{w.name}: CUPTI kernels per call: {', '.join(own.names) or '-'}; other activities {', '.join(own.other) or '-'}")
     bench_ms = triton.testing.do_bench(w.fn, warmup=25, rep=int(TARGET_MS), return_mode="median")
     wall_ms = med(timer.wall(w.fn, reps))
     with Sampler(nvml) as held_clock:
@@ -223,6 +238,9 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
         "per_replay_timer": per_replay_method,
         "per_replay_events_ms": med(per_replay.events_ms),
         "per_replay_cupti_ms": med(per_replay.per_call_ms),
+        "call_bracket_events_ms": med(call_bracket.events_ms),
+        "call_bracket_cupti_ms": med(call_bracket.per_call_ms),
+        "bracket_flush_ms": timer.bracket_flush_ms,
         "do_bench_ms": bench_ms,
         "wall_ms": wall_ms,
         "held_ms": med(held()),
@@ -382,14 +400,14 @@ def main() -> None:
         for line in findings:
             print(f"  {line}")
     print("\n" + "\n".join(summary))
-    header = ("workload", "timer", "tkreg", "CUPTI", "ratio", "same-reps", "per-replay", "do_bench", "wall", "held")
-    print("\n{:36s} {:>6s} {:>8s} {:>8s} {:>6s} {:>9s} {:>10s} {:>9s} {:>8s} {:>8s}  (ms)".format(*header))
+    header = ("workload", "tkreg", "CUPTI", "ratio", "same-reps", "call-only", "per-replay", "do_bench", "wall", "held")
+    print("\n{:36s} {:>8s} {:>8s} {:>6s} {:>9s} {:>9s} {:>10s} {:>9s} {:>8s} {:>8s}  (ms)".format(*header))
     for r in rows:
         same = r["same_reps_events_ms"] / r["same_reps_cupti_ms"]
+        call_only = r["call_bracket_events_ms"] / r["call_bracket_cupti_ms"]
         replay = r["per_replay_events_ms"] / r["per_replay_cupti_ms"]
-        print(f"{r['workload'][:36]:36s} {r['timer'][:6]:>6s} {r['tkreg_ms']:8.4f} {r['cupti_ms']:8.4f} "
-              f"{r['tkreg_over_cupti']:6.3f} {same:9.3f} {replay:10.3f} {r['do_bench_ms']:9.4f} {r['wall_ms']:8.4f} "
-              f"{r['held_ms']:8.4f}")
+        print(f"{r['workload'][:36]:36s} {r['tkreg_ms']:8.4f} {r['cupti_ms']:8.4f} {r['tkreg_over_cupti']:6.3f} "
+              f"{same:9.3f} {call_only:9.3f} {replay:10.3f} {r['do_bench_ms']:9.4f} {r['wall_ms']:8.4f} {r['held_ms']:8.4f}")
 
 
 def per_bound(checks: list[tuple[str, bool, str]]) -> list[str]:

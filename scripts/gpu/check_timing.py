@@ -25,7 +25,8 @@ whether the clock and the power-cap flag follow the hold.
 
 Checks (the timer's events against CUPTI's durations of the same repetitions): compute-bound
 within 3% of CUPTI; memory-bound (>= 100 us) within 0.5%; short
-kernels within 5 us of CUPTI whatever their launcher costs (the events' own overhead is ~3 us).
+kernels within 5 us of CUPTI whatever their launcher costs (a kernel's launch behind the previous one
+is 2-6 us, which CUPTI leaves out).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ simulated GPU lists: no processes, no GPU."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tkreg import runners
@@ -131,3 +133,82 @@ def test_without_a_gpu_the_interpreter_runs_kernels_and_compiles_run_without_it(
     assert [f.interpret for f in settings.kernel_flavors] == [True, True]
     env = settings.compile_flavors[0].environment({"TRITON_INTERPRET": "1"})
     assert "TRITON_INTERPRET" not in env and env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def variant_task(position: int, variant: str | None) -> Task:
+    t = task("correctness", position)
+    t.variant = variant
+    return t
+
+
+def test_a_variant_s_first_job_compiles_alone_and_the_rest_wait_for_it() -> None:
+    pool = slots(["0"], per_gpu=4)
+    pending = [variant_task(0, "A"), variant_task(1, "A"), variant_task(2, "B"), variant_task(3, "A"), variant_task(4, None)]
+    starts = assign(pending, pool, ROOM, head=pending[0])
+    # one job of A, one of B, and the job that compiles nothing; A's others wait
+    assert [t.position for t, _ in starts] == [0, 2, 4]
+    # while A's first job runs, its followers wait, the awaited one included
+    busy(pool[0], pending[0])
+    waiting = [pending[1], pending[3]]
+    assert assign(waiting, pool, ROOM, head=pending[1], compiling={"A"}) == []
+    # once it has finished, they start anywhere at once
+    pool[0].state, pool[0].task = "idle", None
+    assert [t.position for t, _ in assign(waiting, pool, ROOM, head=pending[1], settled={"A"})] == [1, 3]
+
+
+def test_the_pool_lets_a_variant_s_jobs_go_once_its_first_job_has_an_outcome() -> None:
+    from tkreg.jobs import Outcome
+    from tkreg.pool import PoolSettings, RunnerPool
+
+    settings = PoolSettings(kernel_flavors=[Flavor("0", interpret=False)] * 3, compile_flavors=[], plugin_files=[],
+                            lookahead=10, spawn=lambda flavor, settings, log: FakeRunner())  # fmt: skip
+    rp = RunnerPool(settings)
+    tasks = [variant_task(i, "A") for i in range(3)]
+    rp.plan(tasks)
+    rp._pump(head=tasks[0])
+    assert [t.started for t in tasks] == [True, False, False]
+    rp._pump(head=tasks[1])
+    assert [t.started for t in tasks] == [True, False, False]  # the compile is still running
+    tasks[0].outcome = Outcome("failed", "a crash counts too")
+    rp._pump(head=tasks[1])
+    assert [t.started for t in tasks] == [True, True, True]
+
+
+class FakeRunner:
+    fd = -1
+    eof = False
+
+    def send(self, message: object) -> bool:
+        return True
+
+    def receive(self) -> list:
+        return []
+
+    def log_size(self) -> int:
+        return 0
+
+    def log_since(self, offset: int) -> str:
+        return ""
+
+    def exit_status(self, wait_s: float = 0.0) -> str:
+        return "exited 0"
+
+    def kill(self) -> None:
+        pass
+
+    def close(self, grace_s: float) -> None:
+        pass
+
+    def reap(self) -> bool:
+        return True
+
+
+def test_correctness_jobs_on_a_gpu_name_their_variant_and_nothing_else_does(session_on) -> None:
+    spec = ItemSpec("correctness", "matmul", "matmul_hopper_ws", "bfloat16", case(M=4, N=4, K=4, variant="weight"),
+                    config={"BLOCK_M": 64})  # fmt: skip
+    on_gpu = session_on(["0"])
+    assert on_gpu.variant(spec) == on_gpu.variant(replace(spec, case=case(M=9, N=9, K=9, variant="weight")))
+    assert on_gpu.variant(spec) != on_gpu.variant(replace(spec, case=case(M=4, N=4, K=4)))  # another layout
+    assert on_gpu.variant(spec) != on_gpu.variant(replace(spec, dtype="float16"))
+    assert on_gpu.variant(replace(spec, kind="bench")) is None
+    assert session_on([]).variant(spec) is None  # the interpreter compiles nothing

@@ -16,6 +16,12 @@ their own ids, while several run at once.
   running, with its exit status and the tail of its log. A runner that reports its CUDA context
   broken exits after answering. Either way the slot starts a fresh process for its next job.
 
+- One compile per kernel variant: a job whose variant (kernel, config, dtype, layout; set where
+  the jobs compile kernels, on a GPU) has not run yet starts alone; the variant's other jobs wait
+  until it has finished, then find the compiled kernel in triton's on-disk cache instead of
+  compiling it again in every runner at once (runners meet a new variant together, since items
+  of one variant are next to each other in run order).
+
 :func:`assign` decides which pending job starts on which slot; it is pure, so the scheduling
 rules are tested without processes.
 """
@@ -27,7 +33,7 @@ import select
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,6 +68,7 @@ class Task:
     job: Job
     position: int  # order in which pytest will ask for it
     device: str | None = None  # the GPU a benchmark must run on; None: any slot of its lane
+    variant: str | None = None  # the compiled kernel it needs, where jobs compile; None: no gating
     outcome: Outcome | None = None
     where: str = ""
     started: bool = False
@@ -92,11 +99,18 @@ class Slot:
 
 
 def assign(
-    pending: Sequence[Task], slots: Sequence[Slot], capacity: dict[str, int], head: Task | None
+    pending: Sequence[Task],
+    slots: Sequence[Slot],
+    capacity: dict[str, int],
+    head: Task | None,
+    compiling: Collection[str] = (),
+    settled: Collection[str] = (),
 ) -> list[tuple[Task, Slot]]:
     """Which pending tasks start now, and where. ``pending`` is in run order; ``capacity`` is how
     many more tasks each lane may start ahead of pytest (``head``, the task pytest waits for,
-    starts regardless, or no run could progress)."""
+    starts regardless, or no run could progress). ``compiling``: variants whose first job is
+    running (their other jobs wait, the head included: that first job will finish);
+    ``settled``: variants a job has finished (their jobs start freely)."""
     reserved = {s.device for s in slots if s.state in ("busy", "starting") and s.task is not None and s.task.job.exclusive}
     busy_devices = {s.device for s in slots if s.state in ("busy", "starting")}
     taken: set[int] = set()
@@ -104,6 +118,7 @@ def assign(
     starts: list[tuple[Task, Slot]] = []
     free_slots = sum(1 for s in slots if s.free)
     head_pending = head is not None and not head.started and head.outcome is None
+    gated = set(compiling)
 
     def pick(candidates: Iterable[int]) -> int | None:
         # Prefer a runner that is already up, then the device with the fewest jobs running.
@@ -125,6 +140,8 @@ def assign(
             head_pending = False
         elif room.get(task.lane, 0) <= 0:
             continue
+        if task.variant is not None and task.variant in gated:
+            continue
         free = [i for i, s in enumerate(slots) if s.lane == task.lane and s.free and i not in taken]
         if task.job.exclusive:
             device = task.device
@@ -139,6 +156,8 @@ def assign(
         if chosen is None:
             continue
         taken.add(chosen)
+        if task.variant is not None and task.variant not in settled:
+            gated.add(task.variant)  # the variant's first job: the others wait for its compile
         busy_devices.add(slots[chosen].device)
         room[task.lane] = room.get(task.lane, 0) - 1
         starts.append((task, slots[chosen]))
@@ -170,6 +189,8 @@ class RunnerPool:
         self._broken: dict[Flavor, str] = {}
         self._log_dir = settings.log_dir or tempfile.mkdtemp(prefix="tkreg-runners-")
         self._spawned = 0
+        self._compiling: dict[str, Task] = {}  # variant -> its first job, running
+        self._settled: set[str] = set()  # variants a job has finished
         self._last_progress = time.monotonic()
         self.done_count = 0
 
@@ -217,8 +238,14 @@ class RunnerPool:
             for task in [t for t in self._order if self._cannot_start(t)]:
                 self._order.remove(task)
                 task.outcome = Outcome("crashed", self._broken[self._flavors_for(task)[0]])
-        for task, slot in assign(self._order, self.slots, self._capacity(), head):
+        for variant, first in list(self._compiling.items()):
+            if first.outcome is not None:
+                del self._compiling[variant]
+                self._settled.add(variant)
+        for task, slot in assign(self._order, self.slots, self._capacity(), head, self._compiling, self._settled):
             self._order.remove(task)
+            if task.variant is not None and task.variant not in self._settled:
+                self._compiling[task.variant] = task
             self._start(task, slot)
 
     def _flavors_for(self, task: Task) -> list[Flavor]:
@@ -350,6 +377,9 @@ class RunnerPool:
         self._dying = [r for r in self._dying if not r.reap()]
 
     def _abandon(self, task: Task) -> None:
+        if task.variant is not None and self._compiling.get(task.variant) is task:
+            del self._compiling[task.variant]  # given up on: it no longer holds the others back
+            self._settled.add(task.variant)
         for slot in self.slots:
             if slot.task is task:
                 slot.task = None

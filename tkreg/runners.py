@@ -24,6 +24,7 @@ from .platform import Platform, current, visible_gpus
 from .pool import PoolSettings, RunnerPool, Task
 from .registry import Registry, unmet_requirements
 from .runner_process import Flavor
+from .specs import config_id
 
 # Runners per GPU for correctness: their work is mostly on the CPU (input generation, JIT
 # compiles, Python), so up to three quarters of the cores (the compile runners take the rest).
@@ -107,6 +108,16 @@ class Session:
             self._bench_gpu[key] = gpus[len(self._bench_gpu) % len(gpus)]
         return self._bench_gpu[key]
 
+    def variant(self, spec: ItemSpec) -> str | None:
+        """The compiled kernel a correctness job needs, where it compiles one (on a GPU): jobs of
+        one variant wait for the first to finish, then load it from triton's cache (tkreg.pool).
+        Shapes are left out (most cases of a kernel share its compiled variant); the case's
+        variant (a layout, say) is kept, since it changes the kernel."""
+        if spec.kind != "correctness" or not self.gpus():
+            return None
+        layout = spec.case.variant if spec.case is not None else ""
+        return "|".join((spec.op, spec.name, spec.dtype, config_id(spec.config) if spec.config else "", layout))
+
     def job(self, spec: ItemSpec) -> Job:
         return Job(spec.id, spec, harness.seed_for(spec.id, self.base_seed), self.deadline_s, self.save_asm)
 
@@ -119,7 +130,7 @@ class Session:
         for position, spec in enumerate(specs):
             if skip_reason(self, spec) is None:
                 device = self.bench_gpu(spec) if spec.kind in ("bench", "peer") else None
-                tasks.append(Task(self.job(spec), position, device))
+                tasks.append(Task(self.job(spec), position, device, variant=self.variant(spec)))
         self.pool().plan(tasks)
 
     def outcome(self, spec: ItemSpec) -> Outcome:

@@ -9,8 +9,9 @@ Per workload (compute-bound: cuBLAS bf16 8192x8192x4096, matmul_hopper_ws on the
 bf16 4096^3; memory-bound: adds and a row sum at 16384^2, and 1024^2 adds behind a fast and a
 slow launcher), measured next to each other:
 - tkreg: tkreg.timing.DeviceTimer (the benchmark items' device time), and how it ran (a graph of
-  all repetitions, a graph per repetition, or eager); per-replay: the same repetitions timed the way
-  the timer did before 2026-11-23 (a graph of the call replayed per repetition), against CUPTI;
+  all repetitions, a graph per repetition, or eager); beside it, against CUPTI, the same
+  repetitions timed the ways it did before: call-only (one graph, events around the call alone)
+  and per-replay (until 2026-11-23: a graph of the call replayed per repetition);
 - CUPTI: the work's own kernel durations (torch.profiler), flushed calls queued back to back: the
   reference; and CUPTI's durations of the timer's own repetitions (do events and kernels agree?);
 - do_bench: triton.testing.do_bench, median; wall: DeviceTimer.wall (should equal do_bench);

@@ -116,7 +116,7 @@ class Session:
         if spec.kind != "correctness" or not self.gpus():
             return None
         layout = spec.case.variant if spec.case is not None else ""
-        return "|".join((spec.op, spec.name, spec.dtype, config_id(spec.config) if spec.config else "", layout))
+        return "|".join((spec.op, spec.name, spec.dtype, config_id(spec.config), layout))
 
     def job(self, spec: ItemSpec) -> Job:
         return Job(spec.id, spec, harness.seed_for(spec.id, self.base_seed), self.deadline_s, self.save_asm)

@@ -4,14 +4,16 @@ Device time (:meth:`DeviceTimer.queue`, :meth:`DeviceTimer.measure`). Each repet
 is flushed (a buffer several times the L2 size is zeroed), then CUDA events bracket the work alone.
 Repetitions run back to back and are read after one synchronization, as
 triton.testing.do_bench does, after warm-up runs that keep compilation and first-launch costs out;
-the figure is their median. Where the call can be captured, every repetition (flush, event, call,
-event) is captured into one CUDA graph, replayed once: the host is out of the loop, every workload,
-a kernel and its peer alike, runs back to back as in production loops, in do_bench and under
-CUPTI, and the events are nodes of the graph, so they bracket the kernels alone. Replaying a graph
-of one call per repetition between events recorded on the stream (the method until 2026-11-23)
-read 4-6 us per repetition over CUPTI's kernel durations: the graph launch's own latency on the
-GPU lands inside the events (cuBLAS 4096^3, 0.18 ms: +3.4%). That remains the fallback where
-timing events cannot be captured. Where the call cannot be captured, it is queued itself; if its
+the figure is their median. Where the call can be captured, every repetition is captured into one
+CUDA graph, replayed once: the host is out of the loop, and every workload, a kernel and its peer
+alike, runs back to back as in production loops, in do_bench and under CUPTI. The events are
+nodes of that graph: one pair around the flush and the call, one around a flush alone, and the
+call's time is the first less the median of the second, which cancels the events' own cost
+(1.6 us on an H100). What stays over CUPTI's kernel durations is the kernel's launch behind the
+previous kernel, 2-6 us (cuBLAS 4096^3, 0.17 ms: +3.4%), which a stream pays too; no placement
+of events removes it (scripts/gpu/check_timing.py, run 8 of 2026-11-23). Where timing events
+cannot be captured, a graph of the call is replayed per repetition between events on the stream
+(the method until 2026-11-23). Where the call cannot be captured, it is queued itself; if its
 launcher is slower than the GPU's share of a repetition, a hold (a spin kernel) before each batch
 of repetitions gives the host the head start it needs to queue the whole batch before the GPU
 reaches it, so host time never lands inside the events.
@@ -125,6 +127,7 @@ class DeviceTimer:
         graph_of_reps: bool = True,
         flush_in_bracket: bool = True,
         target_ms: float = TARGET_MEASURE_MS,
+        warmup_ms: float = WARMUP_MIN_MS,
     ) -> None:
         import torch
 
@@ -135,6 +138,7 @@ class DeviceTimer:
         self.flush_in_bracket = flush_in_bracket  # (graph of repetitions) less a bracket of the flush alone
         self.bracket_flush_ms = 0.0  # the flush-alone brackets' median in the last graph of repetitions
         self.target_ms = target_ms
+        self.warmup_ms = warmup_ms  # device time warm-up runs at least (after WARMUP_MIN_CALLS)
         self.host_ms = 0.0  # the launcher's host time per call, measured in warmup()
         self.estimate_ms = 0.0  # the call's device time as warmup() estimated it
         self.method = ""  # how the last queue() ran the work: "graph of repetitions", "graph" or "eager"
@@ -188,7 +192,7 @@ class DeviceTimer:
         self._torch.cuda.synchronize()
         times: list[float] = []
         hosts: list[float] = []
-        while len(times) < WARMUP_MIN_CALLS or sum(times) < WARMUP_MIN_MS:
+        while len(times) < WARMUP_MIN_CALLS or sum(times) < self.warmup_ms:
             device_ms, host_ms = self.once(fn)
             times.append(device_ms)
             hosts.append(host_ms)
@@ -218,24 +222,29 @@ class DeviceTimer:
             return fn, "eager"
         return graph.replay, "graph"
 
-    def _capture(self, fn: Callable[[], Any]) -> Any:
-        """A CUDA graph of one call of ``fn``, or None (the reason in ``capture_error``)."""
+    def _capture(self, fn: Callable[[], Any], *, warm: bool = True, what: str = "") -> Any:
+        """A CUDA graph of ``fn``, or None (the reason in ``capture_error``, after ``what``).
+        ``warm``: run ``fn`` once on the capture stream first."""
         torch = self._torch
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream()
         try:
             stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                fn()  # per-stream state (cuBLAS workspaces, ...) is set up before the capture
-            stream.synchronize()
+            if warm:
+                with torch.cuda.stream(stream):
+                    fn()  # per-stream state (cuBLAS workspaces, ...) is set up before the capture
+                stream.synchronize()
             # thread_local: another thread's CUDA calls (a watchdog polling events) do not void it
             with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
                 fn()
         except Exception as e:  # not capturable (a sync, a host read, an allocation it may not make)
             torch.cuda.synchronize()
-            self.capture_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            self._note_capture_error(what, e)
             return None
         return graph
+
+    def _note_capture_error(self, what: str, e: Exception) -> None:
+        self.capture_error = f"{what}{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
 
     def _time_replay(self, replay: Callable[[], Any]) -> float:
         """One held, flushed replay's device time (ms), after two that upload the graph."""
@@ -296,40 +305,39 @@ class DeviceTimer:
         """Capture ``reps`` repetitions into one CUDA graph and replay it; None where timing events
         cannot be captured (the reason in ``capture_error``; torch before external events, say).
 
-        With ``flush_in_bracket`` each repetition is two brackets of events: one around the flush
-        and the call, one around a flush alone; the call's time is the first less the median of
-        the second. Events around the call alone read 3-6 us over CUPTI's kernel durations on an
-        H100 (the kernel's launch after the start event, the drain before the end event); both
-        brackets pay that once, so it cancels, and what remains is the call's time back to back
-        behind the flush, as a kernel behind another kernel in a stream."""
+        With ``flush_in_bracket`` each repetition is two brackets of events, one around the flush
+        and the call, one around a flush alone, and the call's time is the first less the median
+        of the second: the events' own cost is in both and cancels. Without it, events around the
+        call alone (check_timing compares the two)."""
         torch = self._torch
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        try:
-            # external: the events become record nodes of the graph, timed when the graph runs
-            def pairs() -> list[tuple[Any, Any]]:
-                return [(torch.cuda.Event(enable_timing=True, external=True),
-                         torch.cuda.Event(enable_timing=True, external=True)) for _ in range(reps)]  # fmt: skip
 
+        def pairs() -> list[tuple[Any, Any]]:
+            # external: the events become record nodes of the graph, timed when the graph runs
+            return [(torch.cuda.Event(enable_timing=True, external=True),
+                     torch.cuda.Event(enable_timing=True, external=True)) for _ in range(reps)]  # fmt: skip
+
+        def bracket(start: Any, end: Any, *work: Callable[[], Any]) -> None:
+            start.record()
+            for step in work:
+                step()
+            end.record()
+
+        def repetitions() -> None:
+            for (start, end), flush_alone in zip(work, bare or [None] * reps):
+                if flush_alone is None:
+                    self.flush()
+                    bracket(start, end, fn)
+                else:
+                    bracket(start, end, self.flush, fn)
+                    bracket(*flush_alone, self.flush)
+
+        try:
             work, bare = pairs(), pairs() if self.flush_in_bracket else []
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                for i, (start, end) in enumerate(work):
-                    if self.flush_in_bracket:
-                        start.record()
-                        self.flush()
-                    else:
-                        self.flush()
-                        start.record()
-                    fn()
-                    end.record()
-                    if bare:
-                        bare[i][0].record()
-                        self.flush()
-                        bare[i][1].record()
-        except Exception as e:  # timing events the capture cannot take
-            torch.cuda.synchronize()
-            self.capture_error = f"graph of repetitions: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        except Exception as e:  # this torch's events cannot be graph nodes
+            self._note_capture_error("graph of repetitions: ", e)
+            return None
+        graph = self._capture(repetitions, warm=False, what="graph of repetitions: ")
+        if graph is None:
             return None
         graph.replay()
 

@@ -168,13 +168,11 @@ def under_cupti(queue: Callable[[], Callable[[], list[float]] | None], reps: int
     )
     work, gaps, spin_end, names, other = [], [], None, {}, {}
     for e in kernels:
-        if "spin_kernel" in e.name or "FillFunctor" in e.name or "Memset" in e.name:
-            other[e.name[:60]] = True
-        else:
-            names[e.name[:60]] = True
+        timer_kernel = "spin_kernel" in e.name or "FillFunctor" in e.name or "Memset" in e.name
+        (other if timer_kernel else names)[e.name[:60]] = True
         if "spin_kernel" in e.name:
             spin_end = e.time_range.end
-        elif "FillFunctor" not in e.name and "Memset" not in e.name:
+        elif not timer_kernel:
             if spin_end is not None:
                 gaps.append(e.time_range.start - spin_end)
                 spin_end = None
@@ -199,6 +197,19 @@ class Workload:
     kernels: int = 1  # kernels per call
 
 
+def queued_otherwise(timer: DeviceTimer, w: Workload, reps: int, **settings: bool) -> tuple[Cupti, str]:
+    """The timer's repetitions under CUPTI with some of its settings changed for the while, and
+    the method it then used."""
+    saved = {name: getattr(timer, name) for name in settings}
+    for name, value in settings.items():
+        setattr(timer, name, value)
+    try:
+        return under_cupti(lambda: timer.queue(w.fn, reps), reps, w.kernels), timer.method
+    finally:
+        for name, value in saved.items():
+            setattr(timer, name, value)
+
+
 def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dict[str, Any]:
     estimate = timer.warmup(w.fn)
     reps = timer.reps_for(estimate)
@@ -210,17 +221,8 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
     own = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
     # The same repetitions timed the ways the timer did before: a graph of the call replayed per
     # repetition (until 2026-11-23), and a graph of all repetitions with events around the call alone.
-    timer.graph_of_reps = False
-    try:
-        per_replay = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
-        per_replay_method = timer.method
-    finally:
-        timer.graph_of_reps = True
-    timer.flush_in_bracket = False
-    try:
-        call_bracket = under_cupti(lambda: timer.queue(w.fn, cupti_reps), cupti_reps, w.kernels)
-    finally:
-        timer.flush_in_bracket = True
+    per_replay, per_replay_method = queued_otherwise(timer, w, cupti_reps, graph_of_reps=False)
+    call_bracket, _ = queued_otherwise(timer, w, cupti_reps, flush_in_bracket=False)
     if rnd == 0:
         log(f"{w.name}: CUPTI kernels per call: {', '.join(own.names) or '-'}; other activities {', '.join(own.other) or '-'}")
     bench_ms = triton.testing.do_bench(w.fn, warmup=25, rep=int(TARGET_MS), return_mode="median")

@@ -37,6 +37,7 @@ a second run then times the measured picks).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import statistics
@@ -249,17 +250,16 @@ def call_for(candidate: Candidate, a: Any, b: Any, out: Any) -> Callable[[], Any
     return lambda: fn(a, b, out=out, **kwargs)
 
 
-_TIMER: list[Any] = []
+@functools.cache
+def device_timer() -> Any:
+    from tkreg.timing import DeviceTimer
+
+    return DeviceTimer(target_ms=TIMER_MS, warmup_ms=WARMUP_MS)
 
 
 def device_ms(fn: Callable[[], Any]) -> float:
     """Median device time (ms) by the benchmark items' timer: L2 flushed before each call."""
-    if not _TIMER:
-        from tkreg import timing
-
-        timing.WARMUP_MIN_MS = WARMUP_MS
-        _TIMER.append(timing.DeviceTimer(target_ms=TIMER_MS))
-    return statistics.median(_TIMER[0].measure(fn))
+    return statistics.median(device_timer().measure(fn))
 
 
 def cudagraph_ms(fn: Callable[[], Any]) -> float:

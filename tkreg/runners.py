@@ -260,8 +260,11 @@ def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceiling
         "timing": data["timing"],
         "host_us": data["host_us"],  # the launcher's Python work per call, outside the device time
     }
-    if data.get("capture_error"):
-        info["capture_error"] = data["capture_error"]  # why the call was timed without a CUDA graph
+    if "stream_ms" in data:  # CUDA events on the stream: the device time plus the launch behind the previous kernel
+        info["stream_ms"] = data["stream_ms"]
+    for why in ("capture_error", "cupti_error"):  # why not a CUDA graph; why the events and not CUPTI
+        if data.get(why):
+            info[why] = data[why]
     if op.bound == "memory":
         rate = cost.bytes / (median_ms / 1e3)
         info.update(gbps=rate / 1e9, ceiling="device copy (read+write)", ceiling_gbps=ceilings.copy_bytes_per_s / 1e9)

@@ -1,22 +1,30 @@
 """Device time and wall time of GPU work, and the ceilings throughput is measured against.
 
 Device time (:meth:`DeviceTimer.queue`, :meth:`DeviceTimer.measure`). Each repetition: the L2 cache
-is flushed (a buffer several times the L2 size is zeroed), then CUDA events bracket the work alone.
-Repetitions run back to back and are read after one synchronization, as
-triton.testing.do_bench does, after warm-up runs that keep compilation and first-launch costs out;
-the figure is their median. Where the call can be captured, every repetition is captured into one
-CUDA graph, replayed once: the host is out of the loop, and every workload, a kernel and its peer
-alike, runs back to back as in production loops, in do_bench and under CUPTI. The events are
-nodes of that graph: one pair around the flush and the call, one around a flush alone, and the
-call's time is the first less the median of the second, which cancels the events' own cost
-(1.6 us on an H100). What stays over CUPTI's kernel durations is the kernel's launch behind the
-previous kernel, 2-6 us (cuBLAS 4096^3, 0.17 ms: +3.4%), which a stream pays too; no placement
-of events removes it (scripts/gpu/check_timing.py, run 8 of 2026-11-23). Where timing events
-cannot be captured, a graph of the call is replayed per repetition between events on the stream
-(the method until 2026-11-23). Where the call cannot be captured, it is queued itself; if its
-launcher is slower than the GPU's share of a repetition, a hold (a spin kernel) before each batch
-of repetitions gives the host the head start it needs to queue the whole batch before the GPU
-reaches it, so host time never lands inside the events.
+is flushed (a buffer several times the L2 size is zeroed), then the call. Repetitions run back to
+back and are read after one synchronization, as triton.testing.do_bench does, after warm-up runs
+that keep compilation and first-launch costs out; the figure is their median. Where the call can
+be captured, every repetition is captured into one CUDA graph, replayed once: the host is out of
+the loop, and every workload, a kernel and its peer alike, runs back to back as in production
+loops, in do_bench and under CUPTI.
+
+What is read per repetition is CUPTI's span of the call's GPU work, from its first kernel's start
+to its last kernel's end (tkreg.cupti, through torch.profiler): the kernel durations Nsight Systems
+shows, with the gaps between a call's own kernels included. CUDA events around the work read the
+stream instead, which adds the kernel's launch behind the previous kernel (2-6 us on an H100:
+cuBLAS bf16 4096^3, 0.17 ms, +3.4%; a 0.35 ms row sum +0.8%; run 8 of 2026-11-23), whatever their
+placement. The events stay in every repetition: their times are kept as ``stream_ms`` beside the
+device time (from a second replay of the graph with no profiler attached, because tracing slows a
+few kernels: torch's row sum of 1048576 x 32 fp32 by 3.5%, cuBLAS 4096^3's memset and kernel by
+3.5 us; run 13), and they are the device time where CUPTI cannot trace (no Kineto, or another
+profiler running in the process; ``cupti_error`` says why). In the graph of repetitions they are
+graph nodes: one pair around the flush and the call, one around a flush alone, and the call's
+stream time is the first less the median of the second, which cancels the events' own cost
+(1.6 us on an H100). Where timing events cannot be captured, a graph of the call is replayed per
+repetition (the method until 2026-11-23). Where the call cannot be captured, it is queued itself;
+if its launcher is slower than the GPU's share of a repetition, a hold (a spin kernel) before
+each batch of repetitions gives the host the head start it needs to queue the whole batch before
+the GPU reaches it, so host time lands neither inside the events nor between a call's kernels.
 
 Why not a hold before every repetition (runs 10-13): it kept the GPU almost idle for 250 us before
 each repetition, and compute-bound kernels then read 11-16% faster than do_bench and CUPTI's
@@ -38,6 +46,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .cupti import Activity, KernelTrace, TraceError, names, repetitions, span_ms
 
 # H100's L2 is 50 MB; flushing 256 MiB evicts everything a previous repetition left there.
 L2_FLUSH_BYTES = 256 * 1024 * 1024
@@ -128,6 +138,8 @@ class DeviceTimer:
         flush_in_bracket: bool = True,
         target_ms: float = TARGET_MEASURE_MS,
         warmup_ms: float = WARMUP_MIN_MS,
+        cupti: bool = True,
+        trace: Callable[[], KernelTrace] = KernelTrace,
     ) -> None:
         import torch
 
@@ -144,6 +156,12 @@ class DeviceTimer:
         self.method = ""  # how the last queue() ran the work: "graph of repetitions", "graph" or "eager"
         self.capture_error = ""  # why the last call could not be captured, if it could not
         self.last_holds: list[float] = []  # the holds (ms) the last queue() put before its batches
+        self.cupti = cupti  # device time from CUPTI's kernel spans where it traces; else the events
+        self._new_trace = trace
+        self._signatures: tuple[tuple[str, ...], frozenset[str]] | None = None  # (the flush's, holds') activity names
+        self.source = ""  # what the last queue()'s device times came from: "CUPTI" or "events"
+        self.cupti_error = ""  # why they did not come from CUPTI, where cupti was asked for
+        self.stream_ms: list[float] = []  # the events' times of the last queue()'s repetitions
         self.flush_ms = self._time_flush()
 
     def flush(self) -> None:
@@ -276,7 +294,9 @@ class DeviceTimer:
     def queue(self, fn: Callable[[], Any], reps: int) -> Callable[[], list[float]]:
         """Queue ``reps`` flushed, event-bracketed repetitions of ``fn`` (replayed from a CUDA graph
         where it can be captured) without waiting; the returned function reads their device times
-        (ms) once the GPU has finished them. Call warmup(fn) first."""
+        (ms) once the GPU has finished them: CUPTI's span of each repetition's call where CUPTI
+        traces, else the events' times (``source`` says which, ``cupti_error`` why not CUPTI; the
+        events' times are in ``stream_ms`` either way). Call warmup(fn) first."""
         torch = self._torch
         run, self.method = self.replayable(fn)
         if self.method == "graph" and self.graph_of_reps:
@@ -288,6 +308,7 @@ class DeviceTimer:
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         host_ms = self._host_per_rep(run, starts[0], ends[0])  # these events are recorded again below
         self.last_holds = batch_holds(reps, host_ms, self.flush_ms + self.estimate_ms)
+        trace = self._start_trace()
         for i, (start, end) in enumerate(zip(starts, ends)):
             if i % BATCH_REPS == 0:
                 self.hold(self.last_holds[i // BATCH_REPS])
@@ -297,7 +318,7 @@ class DeviceTimer:
             end.record()
 
         def read(_keep: Any = run) -> list[float]:  # _keep: the graph and its memory outlive the replays
-            return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+            return self._read(trace, reps, [start.elapsed_time(end) for start, end in zip(starts, ends)], bare=False)
 
         return read
 
@@ -306,9 +327,9 @@ class DeviceTimer:
         cannot be captured (the reason in ``capture_error``; torch before external events, say).
 
         With ``flush_in_bracket`` each repetition is two brackets of events, one around the flush
-        and the call, one around a flush alone, and the call's time is the first less the median
-        of the second: the events' own cost is in both and cancels. Without it, events around the
-        call alone (check_timing compares the two)."""
+        and the call, one around a flush alone, and the events' time of the call is the first less
+        the median of the second: the events' own cost is in both and cancels. Without it, events
+        around the call alone (check_timing compares the two)."""
         torch = self._torch
 
         def pairs() -> list[tuple[Any, Any]]:
@@ -339,16 +360,80 @@ class DeviceTimer:
         graph = self._capture(repetitions, warm=False, what="graph of repetitions: ")
         if graph is None:
             return None
+        trace = self._start_trace()
         graph.replay()
 
-        def read(_keep: Any = graph) -> list[float]:  # _keep: the graph and its memory outlive the replay
+        def events_ms() -> list[float]:
             times = [start.elapsed_time(end) for start, end in work]
-            if not bare:
-                return times
-            self.bracket_flush_ms = statistics.median(start.elapsed_time(end) for start, end in bare)
-            return [t - self.bracket_flush_ms for t in times]
+            if bare:
+                self.bracket_flush_ms = statistics.median(start.elapsed_time(end) for start, end in bare)
+                times = [t - self.bracket_flush_ms for t in times]
+            return times
+
+        def read(_keep: Any = graph) -> list[float]:  # _keep: the graph and its memory outlive the replay
+            device_ms = self._read(trace, reps, events_ms(), bare=bool(bare))
+            if self.source == "CUPTI":
+                # The events' stream time from a replay with no profiler attached: tracing slows
+                # some kernels (torch's row sum of 1048576 x 32 by 3.5%, run 13 of 2026-11-23).
+                graph.replay()
+                torch.cuda.synchronize()
+                self.stream_ms = events_ms()
+            return device_ms
 
         return read
+
+    def _read(self, trace: KernelTrace | None, reps: int, events_ms: list[float], *, bare: bool) -> list[float]:
+        """The repetitions' device times: CUPTI's span of each call where ``trace`` ran and reads
+        as ``reps`` repetitions (each a flush, the call, and a second flush where ``bare``), else
+        the events' times. The GPU has finished the repetitions."""
+        self.stream_ms, self.source = events_ms, "events"
+        if trace is None:
+            return events_ms
+        try:
+            activities = trace.stop()
+            flush, holds = self._signatures or ((), frozenset())
+            calls = repetitions(activities, reps, before=flush, after=flush if bare else (), ignore=holds)
+        except TraceError as e:
+            self.cupti_error = str(e)[:500]
+            return events_ms
+        self.source = "CUPTI"
+        return [span_ms(call) for call in calls]
+
+    def _start_trace(self) -> KernelTrace | None:
+        """A running CUPTI trace, once the GPU is idle (so only what is queued next is in it); None
+        where CUPTI is off or cannot trace here (the reason in ``cupti_error``)."""
+        if not self.cupti:
+            return None  # cupti_error keeps why it was turned off, where a failure did
+        self.cupti_error = ""
+        try:
+            if self._signatures is None:
+                self._signatures = self._learn_signatures()
+            self._torch.cuda.synchronize()
+            trace = self._new_trace()
+            trace.start()
+        except TraceError as e:
+            self.cupti_error = str(e)[:500]
+            self.cupti = False  # it would fail the same way for every later measurement
+            return None
+        return trace
+
+    def _learn_signatures(self) -> tuple[tuple[str, ...], frozenset[str]]:
+        """The activity names of the timer's own GPU work, as CUPTI reports them: an L2 flush (what
+        starts every repetition) and a hold (which the eager method puts between repetitions)."""
+
+        def traced(work: Callable[[], Any]) -> list[Activity]:
+            self._torch.cuda.synchronize()
+            trace = self._new_trace()
+            trace.start()
+            work()
+            self._torch.cuda.synchronize()
+            return trace.stop()
+
+        flush = names(traced(self.flush))
+        if not flush:
+            raise TraceError("CUPTI saw no activity for an L2 flush (a torch without CUPTI?)")
+        holds = frozenset(names(traced(lambda: self.hold(HOLD_MARGIN_MS))))
+        return flush, holds
 
     def measure(self, fn: Callable[[], Any]) -> list[float]:
         """Per-repetition device times (ms), warm-up excluded."""
@@ -380,18 +465,20 @@ class DeviceTimer:
 
     def describe(self) -> str:
         """How the last queue() measured device time, in words that are the same for every item
-        measured the same way (why a call could not be captured is in ``capture_error``)."""
-        common = "L2 flushed before each repetition, CUDA events around the work, repetitions queued back to back; median"
-        if self.method == "graph of repetitions" and self.flush_in_bracket:
-            return ("every repetition captured into one CUDA graph, replayed once, back to back: CUDA events around "
-                    "an L2 flush and the call, less the median of events around a flush alone; median")
+        measured the same way (why a call could not be captured is in ``capture_error``, why
+        CUPTI did not trace in ``cupti_error``)."""
         if self.method == "graph of repetitions":
-            return ("every repetition (L2 flush, CUDA event, the call, CUDA event) captured into one CUDA graph, "
-                    "replayed once; back to back; median")
-        if self.method == "graph":
-            return f"CUDA graph of the call, captured once and replayed; {common}"
-        return (f"the call itself (not captured in a CUDA graph); {common}; before each batch of {BATCH_REPS}, "
-                "a hold as long as the launcher's host time needs")
+            queued = "every repetition (an L2 flush, then the call) captured into one CUDA graph, replayed once"
+        elif self.method == "graph":
+            queued = "CUDA graph of the call, captured once and replayed after an L2 flush per repetition, back to back"
+        else:
+            queued = (f"the call itself (not captured in a CUDA graph) after an L2 flush per repetition, back to back; "
+                      f"before each batch of {BATCH_REPS}, a hold as long as the launcher's host time needs")
+        if self.source == "CUPTI":
+            return f"{queued}; device time: CUPTI's span of the call's GPU work (first start to last end); median"
+        if self.method == "graph of repetitions" and self.flush_in_bracket:
+            return f"{queued}; CUDA events around the flush and the call, less the median of events around a flush alone; median"
+        return f"{queued}; CUDA events around the call; median"
 
 
 @dataclass(frozen=True)

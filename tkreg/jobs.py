@@ -208,7 +208,6 @@ def _bench(job: Job, context: Context) -> Outcome:
         "median_ms": statistics.median(times_ms),
         "wall_ms": statistics.median(wall_ms),
         "host_us": timer.host_ms * 1e3,
-        "stream_ms": statistics.median(timer.stream_ms),
         "timing": timer.describe(),
         "capture_error": timer.capture_error,
         "cupti_error": timer.cupti_error,

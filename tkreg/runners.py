@@ -260,8 +260,6 @@ def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceiling
         "timing": data["timing"],
         "host_us": data["host_us"],  # the launcher's Python work per call, outside the device time
     }
-    if "stream_ms" in data:  # CUDA events on the stream: the device time plus the launch behind the previous kernel
-        info["stream_ms"] = data["stream_ms"]
     for why in ("capture_error", "cupti_error"):  # why not a CUDA graph; why the events and not CUPTI
         if data.get(why):
             info[why] = data[why]

@@ -13,14 +13,14 @@ to its last kernel's end (tkreg.cupti, through torch.profiler): the kernel durat
 shows, with the gaps between a call's own kernels included. CUDA events around the work read the
 stream instead, which adds the kernel's launch behind the previous kernel (2-6 us on an H100:
 cuBLAS bf16 4096^3, 0.17 ms, +3.4%; a 0.35 ms row sum +0.8%; run 8 of 2026-11-23), whatever their
-placement. The events stay in every repetition: their times are kept as ``stream_ms`` beside the
-device time (from a second replay of the graph with no profiler attached, because tracing slows a
-few kernels: torch's row sum of 1048576 x 32 fp32 by 3.5%, cuBLAS 4096^3's memset and kernel by
-3.5 us; run 13), and they are the device time where CUPTI cannot trace (no Kineto, or another
-profiler running in the process; ``cupti_error`` says why). In the graph of repetitions they are
-graph nodes: one pair around the flush and the call, one around a flush alone, and the call's
-stream time is the first less the median of the second, which cancels the events' own cost
-(1.6 us on an H100). Where timing events cannot be captured, a graph of the call is replayed per
+placement. Tracing is not free either: it slows a few kernels (torch's row sum of 1048576 x 32
+fp32 by 3.7%: 0.2358 ms under CUPTI, 0.2273 ms by untraced events that include its launch; runs
+13 and 14 of 2026-11-23), which check_timing shows beside the others. Events still bracket every
+call (their times are ``stream_ms``): they are the device time where CUPTI cannot trace (no
+Kineto, another profiler running in the process; ``cupti_error`` says why). Without CUPTI, in the
+graph of repetitions, one pair goes around the flush and the call and one around a flush alone,
+and the call's time is the first less the median of the second, which cancels the events' own
+cost (1.6 us on an H100). Where timing events cannot be captured, a graph of the call is replayed per
 repetition (the method until 2026-11-23). Where the call cannot be captured, it is queued itself;
 if its launcher is slower than the GPU's share of a repetition, a hold (a spin kernel) before
 each batch of repetitions gives the host the head start it needs to queue the whole batch before
@@ -162,6 +162,7 @@ class DeviceTimer:
         self.source = ""  # what the last queue()'s device times came from: "CUPTI" or "events"
         self.cupti_error = ""  # why they did not come from CUPTI, where cupti was asked for
         self.stream_ms: list[float] = []  # the events' times of the last queue()'s repetitions
+        self._bracket_flush = False  # the last graph of repetitions had flush-alone brackets
         self.flush_ms = self._time_flush()
 
     def flush(self) -> None:
@@ -298,6 +299,7 @@ class DeviceTimer:
         traces, else the events' times (``source`` says which, ``cupti_error`` why not CUPTI; the
         events' times are in ``stream_ms`` either way). Call warmup(fn) first."""
         torch = self._torch
+        self._check_cupti()
         run, self.method = self.replayable(fn)
         if self.method == "graph" and self.graph_of_reps:
             read_graph = self._queue_graph_of_reps(fn, reps)
@@ -326,11 +328,12 @@ class DeviceTimer:
         """Capture ``reps`` repetitions into one CUDA graph and replay it; None where timing events
         cannot be captured (the reason in ``capture_error``; torch before external events, say).
 
-        With ``flush_in_bracket`` each repetition is two brackets of events, one around the flush
-        and the call, one around a flush alone, and the events' time of the call is the first less
-        the median of the second: the events' own cost is in both and cancels. Without it, events
-        around the call alone (check_timing compares the two)."""
+        Each repetition is an L2 flush, then the call between events. Where CUPTI is not to be
+        read and ``flush_in_bracket`` is set, the events go around the flush and the call, and a
+        second pair around a flush alone follows: the call's time is the first less the median of
+        the second, so the events' own cost cancels (check_timing compares the two)."""
         torch = self._torch
+        bracket_flush = self.flush_in_bracket and not self.cupti
 
         def pairs() -> list[tuple[Any, Any]]:
             # external: the events become record nodes of the graph, timed when the graph runs
@@ -353,32 +356,23 @@ class DeviceTimer:
                     bracket(*flush_alone, self.flush)
 
         try:
-            work, bare = pairs(), pairs() if self.flush_in_bracket else []
+            work, bare = pairs(), pairs() if bracket_flush else []
         except Exception as e:  # this torch's events cannot be graph nodes
             self._note_capture_error("graph of repetitions: ", e)
             return None
         graph = self._capture(repetitions, warm=False, what="graph of repetitions: ")
         if graph is None:
             return None
+        self._bracket_flush = bracket_flush
         trace = self._start_trace()
         graph.replay()
 
-        def events_ms() -> list[float]:
+        def read(_keep: Any = graph) -> list[float]:  # _keep: the graph and its memory outlive the replay
             times = [start.elapsed_time(end) for start, end in work]
             if bare:
                 self.bracket_flush_ms = statistics.median(start.elapsed_time(end) for start, end in bare)
                 times = [t - self.bracket_flush_ms for t in times]
-            return times
-
-        def read(_keep: Any = graph) -> list[float]:  # _keep: the graph and its memory outlive the replay
-            device_ms = self._read(trace, reps, events_ms(), bare=bool(bare))
-            if self.source == "CUPTI":
-                # The events' stream time from a replay with no profiler attached: tracing slows
-                # some kernels (torch's row sum of 1048576 x 32 by 3.5%, run 13 of 2026-11-23).
-                graph.replay()
-                torch.cuda.synchronize()
-                self.stream_ms = events_ms()
-            return device_ms
+            return self._read(trace, reps, times, bare=bool(bare))
 
         return read
 
@@ -399,21 +393,30 @@ class DeviceTimer:
         self.source = "CUPTI"
         return [span_ms(call) for call in calls]
 
+    def _check_cupti(self) -> None:
+        """Before a measurement: whether CUPTI traces here (learning the names of the timer's own
+        activities the first time); if it cannot, ``cupti`` goes off with the reason in
+        ``cupti_error`` (it would fail the same way for every later measurement)."""
+        if not self.cupti:
+            return  # cupti_error keeps why it was turned off, where a failure did
+        self.cupti_error = ""
+        if self._signatures is None:
+            try:
+                self._signatures = self._learn_signatures()
+            except TraceError as e:
+                self.cupti_error, self.cupti = str(e)[:500], False
+
     def _start_trace(self) -> KernelTrace | None:
         """A running CUPTI trace, once the GPU is idle (so only what is queued next is in it); None
-        where CUPTI is off or cannot trace here (the reason in ``cupti_error``)."""
+        where CUPTI is off or cannot trace (the reason in ``cupti_error``)."""
         if not self.cupti:
-            return None  # cupti_error keeps why it was turned off, where a failure did
-        self.cupti_error = ""
+            return None
         try:
-            if self._signatures is None:
-                self._signatures = self._learn_signatures()
             self._torch.cuda.synchronize()
             trace = self._new_trace()
             trace.start()
         except TraceError as e:
-            self.cupti_error = str(e)[:500]
-            self.cupti = False  # it would fail the same way for every later measurement
+            self.cupti_error, self.cupti = str(e)[:500], False
             return None
         return trace
 
@@ -476,7 +479,7 @@ class DeviceTimer:
                       f"before each batch of {BATCH_REPS}, a hold as long as the launcher's host time needs")
         if self.source == "CUPTI":
             return f"{queued}; device time: CUPTI's span of the call's GPU work (first start to last end); median"
-        if self.method == "graph of repetitions" and self.flush_in_bracket:
+        if self.method == "graph of repetitions" and self._bracket_flush:
             return f"{queued}; CUDA events around the flush and the call, less the median of events around a flush alone; median"
         return f"{queued}; CUDA events around the call; median"
 

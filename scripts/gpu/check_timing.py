@@ -13,8 +13,9 @@ adds behind a fast and a slow launcher), measured one after the other:
 - CUPTI: this script's own reading of the same trace (torch.profiler's parsed events, split at
   each flush kernel by name): each call's kernel and memset durations summed (the reference the
   checks use) and its span;
-- stream: the timer's events, from its second replay of the repetitions with no trace: the call
-  and its launch behind the previous kernel; a device time above it means tracing slowed the work;
+- stream: the timer's repetitions again with no trace (its events alone, as without CUPTI): the
+  call and its launch behind the previous kernel; a device time above it means tracing slowed
+  the work;
 - b2b CUPTI: kernel durations over flushed calls queued eagerly, back to back (a separate series);
 - do_bench: triton.testing.do_bench, median; wall: DeviceTimer.wall (should equal do_bench).
 Compute-bound workloads run ROUNDS interleaved rounds, so drift between series shows.
@@ -235,6 +236,17 @@ class Workload:
     fn: Callable[[], Any]
 
 
+def untraced(timer: DeviceTimer, w: Workload, reps: int) -> list[float]:
+    """The timer's repetitions again with no CUPTI trace: its events alone (less a flush's)."""
+    saved, timer.cupti = timer.cupti, False
+    try:
+        read = timer.queue(w.fn, reps)
+        torch.cuda.synchronize()
+        return read()
+    finally:
+        timer.cupti = saved
+
+
 def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dict[str, Any]:
     estimate = timer.warmup(w.fn)
     reps = timer.reps_for(estimate)
@@ -242,8 +254,9 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
         read = timer.queue(w.fn, reps)
         torch.cuda.synchronize()
         tkreg_ms = med(read())
-    method, source, stream_ms, why_not = timer.method, timer.source, med(timer.stream_ms), timer.cupti_error
+    method, source, why_not = timer.method, timer.source, timer.cupti_error
     same = read_cupti(SharedTrace.last, reps, timer.stream_ms) if source == "CUPTI" else Cupti([], [], [], [])
+    stream_ms = med(untraced(timer, w, reps))
     b2b_reps = min(reps, CUPTI_MAX_REPS)
     saved, timer.cupti = timer.cupti, False
     b2b = under_cupti(lambda: timer.queue_wall(w.fn, b2b_reps), b2b_reps)

@@ -291,17 +291,20 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
     return row
 
 
-def launch_host_us(fn: Callable[[], Any], calls: int = 2000) -> float:
-    """Host time (us) per call of ``fn`` queued back to back: what a wall time pays for the launcher."""
+def launch_host_us(fn: Callable[[], Any], calls: int = 1000, rounds: int = 7) -> float:
+    """Host time (us) per call of ``fn`` queued back to back, the least of ``rounds`` rounds (the
+    host's own noise only adds): what a wall time pays for the launcher."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return host / calls * 1e6
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - t0)
+        torch.cuda.synchronize()
+    return best / calls * 1e6
 
 
 def trace_cost(timer: DeviceTimer, w: Workload, reps: int = 100) -> dict[str, Any]:
@@ -317,6 +320,20 @@ def trace_cost(timer: DeviceTimer, w: Workload, reps: int = 100) -> dict[str, An
         costs.setdefault(traced, []).append(time.perf_counter() - t0)
         timer.cupti = saved
     return {"reps": reps, "with_cupti_s": min(costs[True]), "without_cupti_s": min(costs[False])}
+
+
+def copy_ceilings(timer: DeviceTimer) -> dict[str, float]:
+    """The 2 GiB copy ceiling as measured (eagerly) and as a CUDA graph would run it, GB/s."""
+    from tkreg.timing import COPY_CEILING_BYTES, _copy_ms
+
+    eager = 2 * COPY_CEILING_BYTES / _copy_ms(timer) / 1e6
+    timer.graphs, saved = True, timer.graphs
+    src = torch.empty(COPY_CEILING_BYTES // 4, device="cuda")
+    dst = torch.empty_like(src)
+    graph = 2 * COPY_CEILING_BYTES / med(timer.measure(lambda: dst.copy_(src))) / 1e6
+    timer.graphs = saved
+    log(f"2 GiB copy: {eager:.0f} GB/s queued by the caller (the ceiling), {graph:.0f} GB/s from a CUDA graph ({timer.method})")
+    return {"copy_gbps_eager": eager, "copy_gbps_graph": graph}
 
 
 def probe_holds(timer: DeviceTimer, nvml: Nvml | None, w: Workload) -> list[dict[str, Any]]:
@@ -463,7 +480,7 @@ def main() -> None:
                 log(f"ERROR {w.name}: {type(e).__name__}: {str(e)[:300]}")
             torch.cuda.empty_cache()
     costs = {"workload": short.name, "host_us_before_cupti": host_before, "host_us_after_cupti": launch_host_us(short.fn),
-             **trace_cost(timer, short)}  # fmt: skip
+             **trace_cost(timer, short), **copy_ceilings(timer)}  # fmt: skip
     log(f"host per call before any CUPTI trace {costs['host_us_before_cupti']:.2f} us, after "
         f"{costs['host_us_after_cupti']:.2f} us; {costs['reps']} repetitions measured in {costs['with_cupti_s']:.3f} s "
         f"with CUPTI, {costs['without_cupti_s']:.3f} s without")

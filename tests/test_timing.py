@@ -434,3 +434,34 @@ def test_check_timing_verdict_tells_a_faster_kernel_from_an_overlap(check_timing
     overlap = [probe(0.0, 0.853, 0.850, nan, 1700), probe(0.25, 0.72, 0.85, -130.0, 1700)]
     text = "\n".join(check_timing.verdict(overlap))
     assert "the events missed part of the kernel" in text and "(negative: overlap)" in text
+
+
+def test_kernel_trace_keeps_the_gpu_activities_of_kinetos_events_in_start_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    gpu, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    class Event:  # the methods tkreg.cupti reads of torch's _KinetoEvent
+        def __init__(self, name: str, start: int, end: int, device: object) -> None:
+            self._values = (name, start, end, device)
+
+        def name(self) -> str:
+            return self._values[0]
+
+        def start_ns(self) -> int:
+            return self._values[1]
+
+        def end_ns(self) -> int:
+            return self._values[2]
+
+        def device_type(self) -> object:
+            return self._values[3]
+
+    events = [Event("kernel_b", 300, 400, gpu), Event("cudaGraphLaunch", 0, 50, cpu), Event("Memset (Device)", 100, 120, gpu)]
+    session = types.SimpleNamespace(stop=lambda: None, profiler=types.SimpleNamespace(
+        kineto_results=types.SimpleNamespace(events=lambda: events)))  # fmt: skip
+    monkeypatch.setattr(cupti, "start_profile", lambda: session)
+    trace = cupti.KernelTrace()
+    trace.start()
+    assert trace.stop() == [Activity("Memset (Device)", 100, 120), Activity("kernel_b", 300, 400)]
+    with pytest.raises(TraceError, match="not started"):
+        trace.stop()

@@ -14,8 +14,8 @@ shows, with the gaps between a call's own kernels included. CUDA events around t
 stream instead, which adds the kernel's launch behind the previous kernel (2-6 us on an H100:
 cuBLAS bf16 4096^3, 0.17 ms, +3.4%; a 0.35 ms row sum +0.8%; run 8 of 2026-11-23), whatever their
 placement. Tracing is not free either: it slows a few kernels (torch's row sum of 1048576 x 32
-fp32 by 3.7%: 0.2358 ms under CUPTI, 0.2273 ms by untraced events that include its launch; runs
-13 and 14 of 2026-11-23), which check_timing shows beside the others. Events still bracket every
+fp32: 0.2354 ms under CUPTI, 0.2282 ms by untraced events that include its launch, run 16 of
+2026-11-23; 3.2-3.7% over runs 13-16), which check_timing shows beside the others. Events still bracket every
 call (their times are ``stream_ms``): they are the device time where CUPTI cannot trace (no
 Kineto, another profiler running in the process; ``cupti_error`` says why). Without CUPTI, in the
 graph of repetitions, one pair goes around the flush and the call and one around a flush alone,
@@ -512,9 +512,9 @@ def _copy_ms(timer: DeviceTimer) -> float:
 
     src = torch.empty(COPY_CEILING_BYTES // 4, device="cuda").normal_()
     dst = torch.empty_like(src)
-    # Not from a CUDA graph: a captured copy_ becomes a graph memcpy node, which ran at 2435 GB/s
-    # where the same copy queued by a caller ran at 3021 (H100, 2026-11-22 and -23 records), so
-    # kernels read 126% of that "ceiling".
+    # Not from a CUDA graph: a captured copy_ becomes a graph memcpy node, which ran at 2288 GB/s
+    # where the same copy queued by a caller ran at 3027 (H100, run 16 of 2026-11-23), so kernels
+    # read up to 136% of that "ceiling".
     saved, timer.graphs = timer.graphs, False
     try:
         return statistics.median(timer.measure(lambda: dst.copy_(src)))

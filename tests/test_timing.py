@@ -465,3 +465,11 @@ def test_kernel_trace_keeps_the_gpu_activities_of_kinetos_events_in_start_order(
     assert trace.stop() == [Activity("Memset (Device)", 100, 120), Activity("kernel_b", 300, 400)]
     with pytest.raises(TraceError, match="not started"):
         trace.stop()
+
+
+def test_settings_changed_for_a_block_come_back_even_when_it_fails(gpu: Gpu) -> None:
+    timer = timing.DeviceTimer(cupti=False)
+    with pytest.raises(RuntimeError), timer.using(graphs=False, cupti=True):
+        assert not timer.graphs and timer.cupti
+        raise RuntimeError("a measurement failed")
+    assert timer.graphs and not timer.cupti

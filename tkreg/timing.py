@@ -40,10 +40,11 @@ no hold: what do_bench reports. A launcher slower than the flush plus its kernel
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +165,18 @@ class DeviceTimer:
         self.stream_ms: list[float] = []  # the events' times of the last queue()'s repetitions
         self._bracket_flush = False  # the last graph of repetitions had flush-alone brackets
         self.flush_ms = self._time_flush()
+
+    @contextlib.contextmanager
+    def using(self, **settings: bool) -> Iterator[DeviceTimer]:
+        """The timer with some settings (``graphs``, ``cupti``, ...) changed for the block."""
+        saved = {name: getattr(self, name) for name in settings}
+        for name, value in settings.items():
+            setattr(self, name, value)
+        try:
+            yield self
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
 
     def flush(self) -> None:
         self._flush.zero_()
@@ -503,23 +516,22 @@ def measure_ceilings(timer: DeviceTimer) -> Ceilings:
 
     n = MATMUL_CEILING_SIZE
     name = torch.cuda.get_device_name()
-    return Ceilings(2 * COPY_CEILING_BYTES / (_copy_ms(timer) / 1e3), 2 * n**3 / (_matmul_ms(timer, n) / 1e3), name)
+    return Ceilings(2 * COPY_CEILING_BYTES / (copy_ms(timer) / 1e3), 2 * n**3 / (_matmul_ms(timer, n) / 1e3), name)
 
 
-def _copy_ms(timer: DeviceTimer) -> float:
-    """Median device time of a COPY_CEILING_BYTES copy (buffers freed on return)."""
+def copy_ms(timer: DeviceTimer, *, graphs: bool = False) -> float:
+    """Median device time of a COPY_CEILING_BYTES copy (buffers freed on return), queued by the
+    caller; ``graphs``: from a CUDA graph where it can be captured, as other work is timed.
+
+    The ceiling is the first: a captured copy_ becomes a graph memcpy node, which ran at 2288 GB/s
+    where the same copy queued by a caller ran at 3027 (H100, run 16 of 2026-11-23), so kernels
+    read up to 136% of that "ceiling"."""
     import torch
 
     src = torch.empty(COPY_CEILING_BYTES // 4, device="cuda").normal_()
     dst = torch.empty_like(src)
-    # Not from a CUDA graph: a captured copy_ becomes a graph memcpy node, which ran at 2288 GB/s
-    # where the same copy queued by a caller ran at 3027 (H100, run 16 of 2026-11-23), so kernels
-    # read up to 136% of that "ceiling".
-    saved, timer.graphs = timer.graphs, False
-    try:
+    with timer.using(graphs=graphs):
         return statistics.median(timer.measure(lambda: dst.copy_(src)))
-    finally:
-        timer.graphs = saved
 
 
 def _matmul_ms(timer: DeviceTimer, n: int) -> float:

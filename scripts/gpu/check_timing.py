@@ -52,7 +52,7 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tkreg import cupti, records
-from tkreg.timing import HOLD_MS, DeviceTimer
+from tkreg.timing import COPY_CEILING_BYTES, HOLD_MS, DeviceTimer, copy_ms
 
 TARGET_MS = 150.0  # device time per measurement (the benchmark items use 400)
 BUDGET_S = 105.0  # no new workload starts after this
@@ -238,13 +238,10 @@ class Workload:
 
 def untraced(timer: DeviceTimer, w: Workload, reps: int) -> list[float]:
     """The timer's repetitions again with no CUPTI trace: its events alone (less a flush's)."""
-    saved, timer.cupti = timer.cupti, False
-    try:
+    with timer.using(cupti=False):
         read = timer.queue(w.fn, reps)
         torch.cuda.synchronize()
         return read()
-    finally:
-        timer.cupti = saved
 
 
 def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dict[str, Any]:
@@ -258,9 +255,8 @@ def measure(timer: DeviceTimer, nvml: Nvml | None, w: Workload, rnd: int) -> dic
     same = read_cupti(SharedTrace.last, reps, timer.stream_ms) if source == "CUPTI" else Cupti([], [], [], [])
     stream_ms = med(untraced(timer, w, reps))
     b2b_reps = min(reps, CUPTI_MAX_REPS)
-    saved, timer.cupti = timer.cupti, False
-    b2b = under_cupti(lambda: timer.queue_wall(w.fn, b2b_reps), b2b_reps)
-    timer.cupti = saved
+    with timer.using(cupti=False):  # one profiler at a time: this script's
+        b2b = under_cupti(lambda: timer.queue_wall(w.fn, b2b_reps), b2b_reps)
     if rnd == 0:
         log(f"{w.name}: CUPTI activities per call: {', '.join(same.names) or '-'}; timer's {', '.join(same.other) or '-'}")
     bench_ms = triton.testing.do_bench(w.fn, warmup=25, rep=int(TARGET_MS), return_mode="median")
@@ -312,26 +308,19 @@ def trace_cost(timer: DeviceTimer, w: Workload, reps: int = 100) -> dict[str, An
     timer.warmup(w.fn)
     costs = {}
     for traced in (True, False, True, False):
-        saved, timer.cupti = timer.cupti, traced
-        t0 = time.perf_counter()
-        read = timer.queue(w.fn, reps)
-        torch.cuda.synchronize()
-        read()
-        costs.setdefault(traced, []).append(time.perf_counter() - t0)
-        timer.cupti = saved
+        with timer.using(cupti=traced):
+            t0 = time.perf_counter()
+            read = timer.queue(w.fn, reps)
+            torch.cuda.synchronize()
+            read()
+            costs.setdefault(traced, []).append(time.perf_counter() - t0)
     return {"reps": reps, "with_cupti_s": min(costs[True]), "without_cupti_s": min(costs[False])}
 
 
 def copy_ceilings(timer: DeviceTimer) -> dict[str, float]:
-    """The 2 GiB copy ceiling as measured (eagerly) and as a CUDA graph would run it, GB/s."""
-    from tkreg.timing import COPY_CEILING_BYTES, _copy_ms
-
-    eager = 2 * COPY_CEILING_BYTES / _copy_ms(timer) / 1e6
-    timer.graphs, saved = True, timer.graphs
-    src = torch.empty(COPY_CEILING_BYTES // 4, device="cuda")
-    dst = torch.empty_like(src)
-    graph = 2 * COPY_CEILING_BYTES / med(timer.measure(lambda: dst.copy_(src))) / 1e6
-    timer.graphs = saved
+    """The 2 GiB copy ceiling as measured (queued by the caller) and as a CUDA graph runs it, GB/s."""
+    eager = 2 * COPY_CEILING_BYTES / copy_ms(timer) / 1e6
+    graph = 2 * COPY_CEILING_BYTES / copy_ms(timer, graphs=True) / 1e6
     log(f"2 GiB copy: {eager:.0f} GB/s queued by the caller (the ceiling), {graph:.0f} GB/s from a CUDA graph ({timer.method})")
     return {"copy_gbps_eager": eager, "copy_gbps_graph": graph}
 

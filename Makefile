@@ -37,7 +37,7 @@ run: $(INSTALL)
 	$(BIN)/tkreg list
 	mkdir -p out
 	$(BIN)/python -m pytest --tkreg -m tkreg -p no:cacheprovider \
-		$$($(BIN)/python -c "from tkreg.platform import current; print('--tkreg-bench' if current().is_gpu else '')") \
+		$$($(BIN)/python -c "from tkreg.core.platform import current; print('--tkreg-bench' if current().is_gpu else '')") \
 		--tkreg-bench-jsonl=out/bench-$(RUN_STAMP).jsonl --benchmark-json=out/bench-$(RUN_STAMP).json \
 		--tkreg-report=out/report-$(RUN_STAMP) $(ARGS)
 

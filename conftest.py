@@ -6,5 +6,5 @@ from __future__ import annotations
 
 from importlib import metadata
 
-_installed = any(ep.value == "tkreg.pytest_plugin" for ep in metadata.entry_points(group="pytest11"))
-pytest_plugins = [] if _installed else ["tkreg.pytest_plugin"]
+_installed = any(ep.value == "tkreg.testing.pytest_plugin" for ep in metadata.entry_points(group="pytest11"))
+pytest_plugins = [] if _installed else ["tkreg.testing.pytest_plugin"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import tkreg
-from tkreg.loading import build_registry
-from tkreg.registry import Registry
-from tkreg.tolerances import EXACT
+from tkreg.core.loading import build_registry
+from tkreg.core.registry import Registry
+from tkreg.core.tolerances import EXACT
 
 
 def cost(dims: dict[str, int], itemsize: int) -> tkreg.Cost:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import tkreg
-from tkreg.inputs import interpreter_active
-from tkreg.tolerances import EXACT, UNIT_ROUNDOFF
+from tkreg.core.tolerances import EXACT, UNIT_ROUNDOFF
+from tkreg.launch.inputs import interpreter_active
 
 
 def device_or_skip() -> str:
@@ -43,7 +43,7 @@ def same_alignment_as(t: Any, seed: int) -> Any:
     not all 128-byte aligned), filled with fresh values."""
     import torch
 
-    from tkreg.signature import ALIGNMENT_CLASS_BYTES
+    from tkreg.core.signature import ALIGNMENT_CLASS_BYTES
 
     spare = ALIGNMENT_CLASS_BYTES // t.element_size()
     buffer = torch.empty(t.numel() + spare, dtype=t.dtype, device=t.device)
@@ -174,6 +174,6 @@ def toy_kernel(name: str, launcher: Any, **kw: Any) -> tkreg.Kernel:
 
 def registry_with(plugin: Any) -> tkreg.Registry:
     """The installed plugins plus ``plugin``, registered in-process."""
-    from tkreg.loading import build_registry
+    from tkreg.core.loading import build_registry
 
     return build_registry(plugins=[("toy", plugin)])

@@ -1,4 +1,4 @@
-"""tkreg.fastlaunch on a machine with no GPU.
+"""tkreg.launch.fastlaunch on a machine with no GPU.
 
 The launch path is exercised against a fake GPU: triton's real ``JITFunction.run`` (its binder,
 cache key and argument packing) runs with a fake driver (device, stream, target, TMA encoding)
@@ -34,8 +34,8 @@ from triton.runtime.driver import DriverConfig
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, compute_cache_key, create_function_from_signature, native_specialize_impl
 
-from tkreg import fastlaunch
-from tkreg.fastlaunch import FrozenDescriptor, Launcher, TensorAddress
+from tkreg.launch import fastlaunch
+from tkreg.launch.fastlaunch import FrozenDescriptor, Launcher, TensorAddress
 
 SCALE = 3  # a module global the scaled kernel reads; changing it must not go unnoticed
 

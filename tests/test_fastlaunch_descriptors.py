@@ -1,4 +1,4 @@
-"""tkreg.tma.descriptor: TMA descriptors cached by what they encode, checked before they are made."""
+"""tkreg.launch.tma.descriptor: TMA descriptors cached by what they encode, checked before they are made."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import native_specialize_impl
 
 from tkreg import InputError, tma
-from tkreg.fastlaunch import FrozenDescriptor
+from tkreg.launch.fastlaunch import FrozenDescriptor
 
 
 @pytest.fixture(autouse=True)
@@ -103,7 +103,7 @@ def test_the_cache_is_bounded_and_keeps_no_tensor_alive(monkeypatch):
 def test_tma_ready_agrees_with_tma_reasons():
     """The fast form of the TMA checks answers exactly as the explaining one, for every dtype
     size and layout fault (and their mixes)."""
-    from tkreg.inputs import tma_layout, tma_ready, tma_reasons
+    from tkreg.launch.inputs import tma_layout, tma_ready, tma_reasons
 
     base = torch.zeros(4096)
     candidates = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import triton.language as tl
 import triton.language.core as core
 
-from tkreg.interpreter_state import language_restored
+from tkreg.testing.interpreter_state import language_restored
 
 
 def test_replaced_added_and_class_attributes_are_restored() -> None:

@@ -26,7 +26,7 @@ from tests.ops_support import (  # noqa: E402
 device = pytest.fixture(scope="module")(device_or_skip)
 ops = pytest.fixture(installed_ops)
 
-TMA_CHECKS = "tkreg.inputs:tma_inputs_reasons"
+TMA_CHECKS = "tkreg.launch.inputs:tma_inputs_reasons"
 
 
 @pytest.fixture(autouse=True)

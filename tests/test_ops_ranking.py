@@ -15,11 +15,11 @@ torch = pytest.importorskip("torch")
 
 import tkreg  # noqa: E402
 from tests.ops_support import device_or_skip, install, same_alignment_as  # noqa: E402
-from tkreg import walltime  # noqa: E402
-from tkreg.loading import build_registry  # noqa: E402
+from tkreg.core.loading import build_registry  # noqa: E402
+from tkreg.core.platform import Platform  # noqa: E402
+from tkreg.ops import walltime  # noqa: E402
 from tkreg.ops.forms import form_for  # noqa: E402
-from tkreg.platform import Platform  # noqa: E402
-from tkreg.walltime import Estimate, Measurements, Point  # noqa: E402
+from tkreg.ops.walltime import Estimate, Measurements, Point  # noqa: E402
 
 GPU = Platform.cuda("9.0", name="Test GPU")
 DATE = "2026-11-23T10:00:00Z"
@@ -52,7 +52,7 @@ class Kernels:
 @pytest.fixture
 def registry() -> tkreg.Registry:
     reg = build_registry(plugins=[("extra", Kernels())], env={"TKREG_PLUGINS": "elementwise"})
-    reg.use_measurements(MEASURED)
+    walltime.rank_by(reg, MEASURED)
     return reg
 
 
@@ -122,7 +122,7 @@ def test_lookup_ranks_measured_kernels_by_wall_time_and_says_why(registry: tkreg
     ranking = registry.ranking("add", GPU, big)
     assert not ranking.prefer_peer and ranking.peer.wall_us == 53.0
     # without measurements: priority order as before
-    registry.use_measurements(None)
+    walltime.rank_by(registry, None)
     assert [k.name for k in registry.lookup("add", GPU, inputs=big)] == ["add_big_tiles", "add_unmeasured", "add_triton"]
 
 
@@ -150,7 +150,7 @@ def test_lookup_with_inputs_is_cached_per_signature(registry: tkreg.Registry, mo
     registry.lookup("add", GPU, inputs=(a[:, :32], b[:, :32]))  # another shape
     registry.lookup("add", GPU, inputs=(a.double(), b.double()))  # another dtype
     assert len(calls) == 3
-    registry.use_measurements(MEASURED)  # forgets every cached ranking
+    walltime.rank_by(registry, MEASURED)  # forgets every cached ranking
     registry.lookup("add", GPU, inputs=(a, b))
     assert len(calls) == 4
 
@@ -203,7 +203,7 @@ def test_dispatch_follows_the_ranking_to_the_peer_where_it_is_faster(
     device = device_or_skip()
     points = _points("add_triton", [(16, 10.0, 4.0, 12.0)]) + _points("peer", [(16, peer_wall, 4.0, 5.0)])
     registry = build_registry(env={"TKREG_PLUGINS": "elementwise"})
-    registry.use_measurements(Measurements("Test GPU", "9.0", DATE, "test", points))
+    walltime.rank_by(registry, Measurements("Test GPU", "9.0", DATE, "test", points))
     ops = install(registry)
     try:
         a, b = (torch.randn(16, 16, device=device) for _ in range(2))

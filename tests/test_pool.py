@@ -1,4 +1,4 @@
-"""The runner pool's scheduling rules (tkreg.pool.assign) and the pool layout per machine, on
+"""The runner pool's scheduling rules (tkreg.testing.pool.assign) and the pool layout per machine, on
 simulated GPU lists: no processes, no GPU."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from tkreg import runners
-from tkreg.generation import ItemSpec
-from tkreg.jobs import Job
-from tkreg.pool import Slot, Task, assign
-from tkreg.runner_process import Flavor
-from tkreg.specs import case
+from tkreg.core.specs import case
+from tkreg.testing import runners
+from tkreg.testing.generation import ItemSpec
+from tkreg.testing.jobs import Job
+from tkreg.testing.pool import Slot, Task, assign
+from tkreg.testing.runner_process import Flavor
 
 
 def task(kind: str, position: int, device: str | None = None, op: str = "add") -> Task:
@@ -93,8 +93,8 @@ def session_on(monkeypatch: pytest.MonkeyPatch):
     """A runners.Session on a simulated machine with the given GPU list and core count."""
 
     def make(gpus: list[str], cores: int = 16, workers: int = 0) -> runners.Session:
-        from tkreg.platform import Platform
-        from tkreg.registry import Registry
+        from tkreg.core.platform import Platform
+        from tkreg.core.registry import Registry
 
         monkeypatch.setattr(runners, "visible_gpus", lambda: list(gpus))
         monkeypatch.setattr(runners, "current", lambda: Platform.cuda("9.0") if gpus else Platform.interpreter())
@@ -157,8 +157,8 @@ def test_a_variant_s_first_job_compiles_alone_and_the_rest_wait_for_it() -> None
 
 
 def test_the_pool_lets_a_variant_s_jobs_go_once_its_first_job_has_an_outcome() -> None:
-    from tkreg.jobs import Outcome
-    from tkreg.pool import PoolSettings, RunnerPool
+    from tkreg.testing.jobs import Outcome
+    from tkreg.testing.pool import PoolSettings, RunnerPool
 
     settings = PoolSettings(kernel_flavors=[Flavor("0", interpret=False)] * 3, compile_flavors=[], plugin_files=[],
                             lookahead=10, spawn=lambda flavor, settings, log: FakeRunner())  # fmt: skip

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tkreg import records
+from tkreg.report import records
 
 
 def test_save_then_load_round_trips_rows_and_names_the_environment(tmp_path):

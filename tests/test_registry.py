@@ -9,7 +9,7 @@ import pytest
 
 import tkreg
 from tests.helpers import Plugin, kernel, op, registry_of
-from tkreg.loading import build_registry, selected_names
+from tkreg.core.loading import build_registry, selected_names
 
 
 def test_kernels_register_and_lookup_by_capability() -> None:
@@ -105,7 +105,7 @@ def test_lookup_with_inputs_drops_kernels_that_cannot_take_them() -> None:
                 kernel(
                     "vec_tma",
                     priority=10,
-                    requires=tkreg.Requirements(min_capability=(9, 0), inputs="tkreg.inputs:tma_inputs_reasons"),
+                    requires=tkreg.Requirements(min_capability=(9, 0), inputs="tkreg.launch.inputs:tma_inputs_reasons"),
                 ),
             ),
         )
@@ -149,11 +149,11 @@ def test_tkreg_and_tkreg_ops_import_light_and_building_the_ops_imports_torch() -
     assert before == "[]" and "torch" in after
 
 
-def test_cached_rankings_are_forgotten_when_specs_or_measurements_change() -> None:
+def test_cached_rankings_are_forgotten_when_specs_or_rankers_change() -> None:
     reg = registry_of(base=Plugin(ops=(op(),), kernels=(kernel("vec_a"),)))
     first = reg.ranking("vec", (9, 0))
     assert reg.ranking("vec", (9, 0)) is first  # cached
-    reg.use_measurements(None)
+    reg.add_ranker(lambda *args: None)
     assert reg.ranking("vec", (9, 0)) is not first
     again = reg.ranking("vec", (9, 0))
     reg.add(kernel("vec_b"), reg.plugins[0])

@@ -1,4 +1,4 @@
-"""The benchmark record is built from stored data: `python -m tkreg.record` turns the template's
+"""The benchmark record is built from stored data: `python -m tkreg.report.record` turns the template's
 directives into tables (and plots), and `--check` fails when BENCHMARKS.md is out of date."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tkreg import records
-from tkreg.record import build, parse
-from tkreg.record_tables import cell, speedup_table
-from tkreg.report import load_run
+from tkreg.report import load_run, records
+from tkreg.report.record import build, parse
+from tkreg.report.record_tables import cell, speedup_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN11 = "benchmarks/data/2026-11-22-run11-bench.json.gz"
@@ -22,14 +21,15 @@ HOPPER_DEFAULT = dict(BLOCK_M="128", BLOCK_N="256", NUM_STAGES="3", CONSUMERS="2
 
 
 def record_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tkreg.record", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    command = [sys.executable, "-m", "tkreg.report.record", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def test_the_committed_record_is_what_its_template_and_data_build() -> None:
     result = record_cli("--check")
     assert result.returncode == 0, result.stdout + result.stderr
     text = (ROOT / "BENCHMARKS.md").read_text()
-    assert "python -m tkreg.record" in text.splitlines()[0]  # the command is named in the file
+    assert "python -m tkreg.report.record" in text.splitlines()[0]  # the command is named in the file
     for png in ROOT.glob("benchmarks/plots/*.png"):
         assert png.read_bytes()[:4] == b"\x89PNG"
 

@@ -6,8 +6,8 @@ import pytest
 
 import tkreg
 from tests.helpers import kernel
-from tkreg import platform
-from tkreg.registry import unmet_requirements
+from tkreg.core import platform
+from tkreg.core.registry import unmet_requirements
 
 CAPABILITIES = ["7.5", "8.0", "8.9", "9.0", "10.0", "12.0"]
 
@@ -53,7 +53,7 @@ def test_rejections_say_what_is_needed_and_what_the_device_is() -> None:
     ],
 )
 def test_triton_version_ranges(monkeypatch: pytest.MonkeyPatch, installed: str, spec: str, runs: bool) -> None:
-    monkeypatch.setattr("tkreg.registry.installed_version", lambda dist: installed)
+    monkeypatch.setattr("tkreg.core.registry.installed_version", lambda dist: installed)
     k = kernel("k", requires=tkreg.Requirements(triton=spec))
     reasons = unmet_requirements(k, tkreg.Platform.cuda("9.0"))
     assert (not reasons) == runs
@@ -62,7 +62,7 @@ def test_triton_version_ranges(monkeypatch: pytest.MonkeyPatch, installed: str, 
 
 
 def test_missing_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tkreg.registry.installed_version", lambda dist: None)
+    monkeypatch.setattr("tkreg.core.registry.installed_version", lambda dist: None)
     k = kernel("k", requires=tkreg.Requirements(triton=">=3.6"))
     assert unmet_requirements(k, tkreg.Platform.cuda("9.0")) == ["needs triton>=3.6; triton is not installed"]
 

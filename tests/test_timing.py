@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tkreg import cupti, timing
-from tkreg.cupti import Activity, TraceError
+from tkreg.testing import cupti, timing
+from tkreg.testing.cupti import Activity, TraceError
 
 US = 1e-6
 FILL = "vectorized_elementwise_kernel<FillFunctor<int>>"  # what zeroing the flush buffer runs
@@ -351,7 +351,7 @@ def test_without_a_profiler_the_real_trace_says_why_and_the_events_time_the_work
     gpu: Gpu, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(cupti.TEARDOWN_ENV, raising=False)
-    timer = timing.DeviceTimer()  # tkreg.cupti.KernelTrace on the simulated torch, which has no profiler
+    timer = timing.DeviceTimer()  # tkreg.testing.cupti.KernelTrace on the simulated torch, which has no profiler
     timer.measure(launcher(gpu, host_us=30.0, kernel_us=200.0))
     assert timer.source == "events" and timer.cupti_error.startswith("CUPTI trace could not start")
     # before any trace, Kineto is told to detach CUPTI when a trace stops (left attached, it slows every launch)
@@ -440,7 +440,7 @@ def test_kernel_trace_keeps_the_gpu_activities_of_kinetos_events_in_start_order(
     torch = pytest.importorskip("torch")
     gpu, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
-    class Event:  # the methods tkreg.cupti reads of torch's _KinetoEvent
+    class Event:  # the methods tkreg.testing.cupti reads of torch's _KinetoEvent
         def __init__(self, name: str, start: int, end: int, device: object) -> None:
             self._values = (name, start, end, device)
 

@@ -8,18 +8,18 @@ triton; ``tkreg.ops`` does when its ops are first built.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .capability import Capability
-from .errors import InputError, RegistrationError, RequirementError, SpecError, TkregError, UnknownNameError
-from .hookspecs import hookimpl
-from .platform import Platform
-from .registry import Registry, Verdict
-from .specs import CompileTarget, Cost, Kernel, Op, Requirements, Scheduler, Tolerance, case
+from . import compat
+from .core.capability import Capability
+from .core.errors import InputError, RegistrationError, RequirementError, SpecError, TkregError, UnknownNameError
+from .core.hookspecs import hookimpl
+from .core.platform import Platform
+from .core.registry import Registry, Verdict
+from .core.specs import CompileTarget, Cost, Kernel, Op, Requirements, Scheduler, Tolerance, case
 
 __all__ = [
     "CompileTarget",
@@ -48,19 +48,25 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+compat.install()
 
 
-@functools.lru_cache(maxsize=1)
 def default_registry() -> Registry:
-    """The registry of installed plugins (entry points, filtered by TKREG_PLUGINS), built once."""
-    from .loading import build_registry
+    """The registry of installed plugins (entry points, filtered by TKREG_PLUGINS), built once,
+    ranking kernels for concrete inputs by measured wall time where measurements exist."""
+    from .core import loading
+    from .ops.walltime import ensure_ranker
 
-    return build_registry()
+    registry = loading.default_registry()
+    ensure_ranker(registry)
+    return registry
 
 
 def reload() -> Registry:
     """Forget the cached registry (and tkreg.ops built from it) and load the plugins again."""
-    default_registry.cache_clear()
+    from .core import loading
+
+    loading.default_registry.cache_clear()
     built = sys.modules.get(f"{__name__}.ops")
     if built is not None:
         built.uninstall()

@@ -10,12 +10,13 @@ import platform as host
 import sys
 from typing import Any
 
-from . import __version__, refs
-from . import capability as caps
-from .loading import ENV_VAR, build_registry, selected_names
-from .platform import current, installed_version, platform_for
-from .registry import Registry, unmet_requirements
-from .specs import config_id
+from . import __version__
+from .core import capability as caps
+from .core import refs
+from .core.loading import ENV_VAR, build_registry, selected_names
+from .core.platform import current, installed_version, platform_for
+from .core.registry import Registry, unmet_requirements
+from .core.specs import config_id
 
 
 def cmd_list(registry: Registry, args: argparse.Namespace) -> int:

@@ -49,7 +49,7 @@ from tkreg_tma_elementwise.plugin import ADD_TMA  # noqa: E402
 from tkreg_warp_specialized_add.plugin import ADD_WARP_SPECIALIZED  # noqa: E402
 
 from tkreg import harness  # noqa: E402
-from tkreg.specs import case  # noqa: E402
+from tkreg.core.specs import case  # noqa: E402
 
 BUDGET_S = 120.0
 RESERVE_S = 8.0  # start no new timing when less than this is left
@@ -291,7 +291,7 @@ def summarize(sweep: Sweep) -> None:
 
 def plan() -> None:
     """No GPU: every grid config must resolve and compile (sm_90a) with its code checks."""
-    from tkreg.aot import compile_and_check
+    from tkreg.launch.aot import compile_and_check
 
     count = 0
     for spec, _, grid in grids():

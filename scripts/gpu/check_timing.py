@@ -8,8 +8,8 @@ with the probes that tell why a hold before every repetition read compute-bound 
 Per workload (compute-bound: cuBLAS bf16 8192x8192x4096, matmul_hopper_ws on the same shape, cuBLAS
 bf16 4096^3; memory-bound: adds and a row sum at 16384^2, a row sum of 1048576 x 32, and 1024^2
 adds behind a fast and a slow launcher), measured one after the other:
-- tkreg: tkreg.timing.DeviceTimer as the benchmark items use it: its device time (CUPTI's span
-  of each repetition's call, split into repetitions by tkreg.cupti) and how it ran;
+- tkreg: tkreg.testing.timing.DeviceTimer as the benchmark items use it: its device time (CUPTI's span
+  of each repetition's call, split into repetitions by tkreg.testing.cupti) and how it ran;
 - CUPTI: this script's own reading of the same trace (torch.profiler's parsed events, split at
   each flush kernel by name): each call's kernel and memset durations summed (the reference the
   checks use) and its span;
@@ -52,7 +52,7 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tkreg import cupti, records
-from tkreg.timing import COPY_CEILING_BYTES, HOLD_MS, DeviceTimer, copy_ms
+from tkreg.testing.timing import COPY_CEILING_BYTES, HOLD_MS, DeviceTimer, copy_ms
 
 TARGET_MS = 150.0  # device time per measurement (the benchmark items use 400)
 BUDGET_S = 105.0  # no new workload starts after this
@@ -209,7 +209,7 @@ def under_cupti(queue: Callable[[], Callable[[], list[float]] | None], reps: int
 
 class SharedTrace:
     """The timer's CUPTI trace, read by this script as well: the timer splits the records into
-    repetitions its way (tkreg.cupti: by activity counts), this script its own (at each flush
+    repetitions its way (tkreg.testing.cupti: by activity counts), this script its own (at each flush
     kernel, by name), from the same records: the same repetitions, no second series."""
 
     last: Any = None  # the last finished session

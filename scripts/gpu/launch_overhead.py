@@ -1,5 +1,5 @@
 """Host overhead of the add and sum_row launchers (issue #12, item 5), and a check that their fast
-launch path (tkreg.fastlaunch) computes exactly what the ordinary ``kernel[grid](...)`` path does.
+launch path (tkreg.launch.fastlaunch) computes exactly what the ordinary ``kernel[grid](...)`` path does.
 
 Checks (one PASS/FAIL line each):
 - every add and sum_row launcher, on odd shapes and layouts in each dtype: the fast path's output
@@ -15,7 +15,7 @@ through a fastlaunch.Launcher and replayed from a CUDA graph, and every launcher
 path (out given, out=None) and without it. Five rounds, median reported.
 
 Writes $OUT/launch_overhead.json (timings) and $OUT/launch_overhead_checks.json (checks) with
-tkreg.records; prints the table last. Budget: about 90 s on an H100, most of it compiling.
+tkreg.report.records; prints the table last. Budget: about 90 s on an H100, most of it compiling.
 
     python scripts/gpu/launch_overhead.py
 """
@@ -387,7 +387,7 @@ def main() -> None:
     rows = timing_rows()
     notes = ("host us per call at 256x256 fp32: queued = time to queue 2000 calls / 2000 (the issue's measure); "
              "queued_and_sync adds the final synchronize; synced = one call plus a synchronize (median of 300); "
-             "medians over 5 rounds. 'ordinary launch' = the launcher with tkreg.fastlaunch disabled.")
+             "medians over 5 rounds. 'ordinary launch' = the launcher with tkreg.launch.fastlaunch disabled.")
     records.save("launch_overhead", rows, notes=notes)
     records.save("launch_overhead_checks", checks)
     failed = [c["check"] for c in checks if not c["ok"]]

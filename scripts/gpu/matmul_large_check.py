@@ -5,7 +5,7 @@ large problems without checking them. This checks the large ones: the launcher's
 several times (a race shows as a result that changes between runs), the same config through the
 ordinary JIT launch (a launch hook forces it) and under other schedulers, against the float64
 product rounded once to the output dtype, with the output poisoned (NaN) before every run.
-Prints one PASS/FAIL line per run and saves the rows (tkreg.records: "matmul_large_check").
+Prints one PASS/FAIL line per run and saves the rows (tkreg.report.records: "matmul_large_check").
 
     python scripts/gpu/matmul_large_check.py [--repeat N] [--hot]
 """

@@ -12,7 +12,7 @@ Sections (elapsed time printed after each; the budget, 330 s by default, stops n
    layout, and with its own choice, on odd shapes (one row, partial tiles, K tails, a split-K slice
    that ends past K), fp16 and bf16 for the choice; matmul_triton with every candidate config on
    both layouts. Reference: float64 on the GPU, output poisoned with NaN, the op's tolerance.
-2. timing (device time by tkreg.timing.DeviceTimer, median, as the benchmark items measure it: L2
+2. timing (device time by tkreg.testing.timing.DeviceTimer, median, as the benchmark items measure it: L2
    flushed before each call, so the weight comes from DRAM as in a model's forward pass, where
    every layer's weights differ; cross-checked by do_bench_cudagraph, which leaves L2 hot, for
    cuBLAS and the pick): on each benchmark case of the
@@ -28,7 +28,7 @@ Sections (elapsed time printed after each; the budget, 330 s by default, stops n
    the pick's distance from it; geometric means; the misses against the issue's goals
    (M >= 256: 0.95x cuBLAS, M <= 128: 0.9x, the pick within 3% of the best).
 
-Writes to $OUT (default ./out): matmul_suite.json (every measurement, tkreg.records envelope),
+Writes to $OUT (default ./out): matmul_suite.json (every measurement, tkreg.report.records envelope),
 hopper_choice.json and triton_choice.json: the choice tables in the launchers' format (copy them to
 plugins/hopper_matmul/tkreg_hopper_matmul/choice.json and plugins/matmul/tkreg_matmul/triton_choice.json;
 a second run then times the measured picks).
@@ -132,7 +132,7 @@ def suite_cases() -> list[Case]:
     targets, not among the op's benchmark token counts) for each Llama projection in both layouts."""
     from tkreg_matmul.plugin import LLAMA_NK
 
-    from tkreg.loading import build_registry
+    from tkreg.core.loading import build_registry
 
     op = build_registry().op("matmul")
     cases = [Case(c["M"], c["N"], c["K"], LAYOUT_OF_VARIANT[c.variant]) for c in op.cases_in("bench")]
@@ -252,7 +252,7 @@ def call_for(candidate: Candidate, a: Any, b: Any, out: Any) -> Callable[[], Any
 
 @functools.cache
 def device_timer() -> Any:
-    from tkreg.timing import DeviceTimer
+    from tkreg.testing.timing import DeviceTimer
 
     return DeviceTimer(target_ms=TIMER_MS, warmup_ms=WARMUP_MS)
 
@@ -514,7 +514,7 @@ def geomean(values: list[float]) -> float:
 
 
 def report(run: Run, cases: list[Case]) -> dict[str, Any]:
-    print("\nH100 device time (tkreg.timing.DeviceTimer, L2 flushed, median); TFLOP/s and ratio to cuBLAS; "
+    print("\nH100 device time (tkreg.testing.timing.DeviceTimer, L2 flushed, median); TFLOP/s and ratio to cuBLAS; "
           "graph: the pick's ratio by do_bench_cudagraph (L2 hot)")
     print(f"{'M x N x K':>20s} {'B':3s} {'dtype':5s} {'cuBLAS':>7s} {'pick':>13s} {'best':>13s} {'pick/best':>9s}  "
           f"{'triton':>13s} {'graph':>6s}  pick; best")  # fmt: skip
@@ -569,7 +569,7 @@ def save(run: Run, cases: list[Case], summary: dict[str, Any]) -> None:
 
     meta = records.environment()
     notes = (
-        "device time (ms) by tkreg.timing.DeviceTimer (every repetition L2-flushed, in one CUDA graph; median), "
+        "device time (ms) by tkreg.testing.timing.DeviceTimer (every repetition L2-flushed, in one CUDA graph; median), "
         "as the benchmark items; cudagraph_ms: triton.testing.do_bench_cudagraph (median of 10 graph replays, rep "
         f"{REP_MS} ms, L2 hot) for cuBLAS and the picks; cuBLAS = torch.matmul on the same tensors in the same run; "
         "'pick' rows are the "

@@ -16,7 +16,7 @@ $TKREG_RANKING_DATA pointing at ops_measure.py's output):
 
     python scripts/gpu/ops_check.py [--ops add,sum_row] [--budget 80] [--skip-mlp]
 
-Saves ops_pick_vs_best.json, ops_host_overhead.json, ops_mlp_block.json (tkreg.records) to $OUT.
+Saves ops_pick_vs_best.json, ops_host_overhead.json, ops_mlp_block.json (tkreg.report.records) to $OUT.
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ def main() -> int:
     import torch
 
     import tkreg
-    import tkreg.records
+    import tkreg.report.records
     from tkreg import walltime
-    from tkreg.platform import current
+    from tkreg.core.platform import current
 
     registry = tkreg.default_registry()
     data = walltime.for_platform(current())
@@ -82,16 +82,16 @@ def main() -> int:
 
     picks = pick_vs_best(registry, sigs, Deadline(deadline.left() - RESERVE_S))
     verdicts += [(f"pick vs best {r['signature']}", r["pass"]) for r in picks]
-    tkreg.records.save("ops_pick_vs_best", picks, notes=f"PASS: tkreg.ops >= {WITHIN_BEST} x fastest kernel and, where a kernel "
+    tkreg.report.records.save("ops_pick_vs_best", picks, notes=f"PASS: tkreg.ops >= {WITHIN_BEST} x fastest kernel and, where a kernel "
                        f"is at or above the peer, >= {1 - PEER_NOISE} x peer; do_bench medians, same run")
     host, decisions = host_overhead(registry)
     verdicts += [(f"host overhead {r['path']}", r["pass"]) for r in host if r["pass"] is not None]
-    tkreg.records.save("ops_host_overhead", host, notes=f"us per call: wall clock of {HOST_CALLS} calls then one sync. "
+    tkreg.report.records.save("ops_host_overhead", host, notes=f"us per call: wall clock of {HOST_CALLS} calls then one sync. "
                        "Decisions at these shapes: " + " / ".join(decisions))
     if not args.skip_mlp:
         mlp = mlp_block()
         verdicts += [(f"MLP block {r['variant']}", r["pass"]) for r in mlp]
-        tkreg.records.save("ops_mlp_block", mlp, notes=f"shape {MLP}; PASS: max error against float64 at most "
+        tkreg.report.records.save("ops_mlp_block", mlp, notes=f"shape {MLP}; PASS: max error against float64 at most "
                            f"{MLP_ERROR_FACTOR} x torch's or {MLP_ERROR_FLOOR} x the largest output")
 
     _print_picks(picks)

@@ -9,7 +9,7 @@ shapes also with B the transposed view of a row-major (N, K) weight, as F.linear
 Timing a call ``fn`` (which allocates its output, as a user's call does):
 - wall: ``triton.testing.do_bench(fn)`` median, L2 flushed before each call, launcher included;
 - device: CUDA events around the call after an L2 flush and a GPU hold long enough for the
-  launcher (tkreg.timing.DeviceTimer.queue), so the launch is queued before the GPU gets there;
+  launcher (tkreg.testing.timing.DeviceTimer.queue), so the launch is queued before the GPU gets there;
 - host: the median of per-call perf_counter times over back-to-back calls.
 """
 
@@ -83,7 +83,7 @@ def make_inputs(registry: Any, sig: Signature, seed: int = 0) -> tuple[Any, ...]
 
     op = registry.op(sig.op)
     generator = torch.Generator(device="cuda").manual_seed(seed)
-    inputs = tkreg.refs.resolve(op.make_inputs)(tkreg.case(**dict(sig.dims)), getattr(torch, sig.dtype), generator, "cuda")
+    inputs = tkreg.core.refs.resolve(op.make_inputs)(tkreg.case(**dict(sig.dims)), getattr(torch, sig.dtype), generator, "cuda")
     if sig.layout == "weight":
         a, b = inputs
         inputs = (a, b.t().contiguous().t())
@@ -101,7 +101,7 @@ def candidates(registry: Any, sig: Signature, inputs: tuple[Any, ...]) -> dict[s
         launcher = kernel.load()
         calls[kernel.name] = _bind(launcher, inputs)
     if op.peer is not None:
-        peer, make_output = tkreg.refs.resolve(op.peer), tkreg.refs.resolve(op.make_output)
+        peer, make_output = tkreg.core.refs.resolve(op.peer), tkreg.core.refs.resolve(op.make_output)
         calls["peer"] = lambda: peer(*inputs, out=make_output(*inputs))
     return calls
 
@@ -147,7 +147,7 @@ def host_us(fn: Callable[[], Any], calls: int = HOST_CALLS) -> float:
 def time_call(fn: Callable[[], Any], timer: Any) -> Timing:
     """wall, device and host time of ``fn`` (already warmed up: compiled and run once).
 
-    Device time comes from tkreg.timing.DeviceTimer.queue (a CUDA graph of the call where it can be
+    Device time comes from tkreg.testing.timing.DeviceTimer.queue (a CUDA graph of the call where it can be
     captured); instead of its warm-up (25 ms of calls) it gets the launcher's host time and a
     device-time estimate from three held single calls (DeviceTimer.once)."""
     import torch

@@ -4,7 +4,7 @@ For every signature of ops_common (each op's benchmark cases and the shapes issu
 registered kernel that takes the inputs here and the op's peer: wall time per call (do_bench
 median, launcher included), device time and host time (see ops_common). Writes
 
-- $OUT/ops_ranking.json: the ranking data (tkreg.records envelope, kind "ops_ranking"), to be
+- $OUT/ops_ranking.json: the ranking data (tkreg.report.records envelope, kind "ops_ranking"), to be
   copied to tkreg/measured/<device>.json (the command is printed last);
 - $OUT/ops_measure.json: every row with quantiles, and every failure.
 
@@ -38,9 +38,9 @@ def main() -> int:
     import torch
 
     import tkreg
-    import tkreg.records
+    import tkreg.report.records
     from tkreg.ops.forms import form_for
-    from tkreg.timing import DeviceTimer
+    from tkreg.testing.timing import DeviceTimer
 
     registry = tkreg.default_registry()
     sigs = signatures(registry, [o for o in args.ops.split(",") if o])
@@ -76,11 +76,11 @@ def main() -> int:
         del inputs
     torch.cuda.synchronize()
 
-    notes = ("wall: triton.testing.do_bench median (L2 flushed, launcher included); device: tkreg.timing.DeviceTimer.queue "
+    notes = ("wall: triton.testing.do_bench median (L2 flushed, launcher included); device: tkreg.testing.timing.DeviceTimer.queue "
              "(L2 flushed, a CUDA graph of the call replayed where it can be captured, else the call held); host: median "
              "perf_counter per call of back-to-back calls. Each call allocates its output, as a user's call does.")
-    data_path = tkreg.records.save("ops_ranking", rows, notes=notes)
-    tkreg.records.save("ops_measure", full, notes=notes + f" Failures: {failures}. Not measured (budget): {skipped}.")
+    data_path = tkreg.report.records.save("ops_ranking", rows, notes=notes)
+    tkreg.report.records.save("ops_measure", full, notes=notes + f" Failures: {failures}. Not measured (budget): {skipped}.")
     _table(full)
     for f in failures:
         say(f"FAIL could not time {f}")

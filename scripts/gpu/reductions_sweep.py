@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from tkreg_reductions import tiled
 
-from tkreg.loading import build_registry
-from tkreg.timing import DeviceTimer
+from tkreg.core.loading import build_registry
+from tkreg.testing.timing import DeviceTimer
 
 SHAPES = [(16384, 16384), (65536, 1024), (4096, 131072), (1048576, 32), (32, 1048576)]
 DTYPES = [torch.float32, torch.bfloat16]

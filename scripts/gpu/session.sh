@@ -29,7 +29,7 @@ elapsed "installed"
   tkreg doctor; } >"$RAW/env.log" 2>&1
 head -12 "$RAW/env.log"
 
-runners_left() { pgrep -f "tkreg.runner_process" | wc -l; }
+runners_left() { pgrep -f "tkreg.testing.runner_process" | wc -l; }
 
 for phase in "$@"; do
   t0=$(date +%s)

@@ -21,21 +21,22 @@ from .dispatch import TRACEABLE, PeerFallbackWarning
 
 __all__ = ["PeerFallbackWarning", "explain", "get", "install", "names", "traceable", "uninstall"]
 # Op names that stay reachable through get() only: they would hide this module's own names.
-_RESERVED = {*__all__, "dispatch", "forms", "library"}
+_RESERVED = {*__all__, "dispatch", "forms", "library", "measured", "walltime"}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
 
 
 def install(registry: Any = None) -> list[str]:
-    """Build the callables for every op of ``registry`` (default: tkreg.default_registry()) and
+    """Build the callables for every op of ``registry`` (default: the installed plugins' registry) and
     make them this module's attributes, replacing those of a previous install; returns their
     names. Called on first use; call it again after tkreg.reload() or to use another registry."""
-    import tkreg
-
+    from ..core.loading import default_registry
     from .dispatch import Dispatcher
     from .library import entry_point, torch_operator
+    from .walltime import ensure_ranker
 
-    registry = tkreg.default_registry() if registry is None else registry
+    registry = default_registry() if registry is None else registry
+    ensure_ranker(registry)
     module = globals()
     for name in _installed["ops"]:
         module.pop(name, None)
@@ -72,7 +73,7 @@ def get(name: str) -> Callable[..., Any]:
     """The callable of op ``name`` (also for names that are not identifiers)."""
     ops = _ops()
     if name not in ops:
-        from ..errors import UnknownNameError
+        from ..core.errors import UnknownNameError
 
         raise UnknownNameError("op", name, list(ops))
     return ops[name]

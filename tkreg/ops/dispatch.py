@@ -1,7 +1,7 @@
 """Dispatch: one op's call goes to the best kernel for its input signature, decided once.
 
 A call's signature (dtype, shape, strides, device and base alignment class of every input; see
-:mod:`tkreg.signature`) keys a plan. The first call of a signature makes the plan: the op's form
+:mod:`tkreg.core.signature`) keys a plan. The first call of a signature makes the plan: the op's form
 checks the calling contract (bad input gets the op's clear error), views the inputs as kernel
 inputs, and the registry ranks the kernels for them exactly as ``tkreg.lookup`` does (wall time
 on a measured GPU, beside the op's peer). Later calls of the signature only run the plan: view
@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import refs
-from ..errors import InputError
-from ..registry import Ranking, Registry
-from ..signature import ALIGNMENT_CLASS_BYTES
-from ..specs import Kernel, Op
+from ..core import refs
+from ..core.errors import InputError
+from ..core.registry import Ranking, Registry
+from ..core.signature import ALIGNMENT_CLASS_BYTES
+from ..core.specs import Kernel, Op
 from .forms import Form, KernelView, form_for
 
 log = logging.getLogger("tkreg.ops")

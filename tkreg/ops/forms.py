@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import refs
-from ..inputs import is_tensor
-from ..specs import Op
+from ..core import refs
+from ..core.specs import Op
+from ..launch.inputs import is_tensor
 
 # sum_row shape classes: the rows' width decides how a kernel maps rows to programs.
 NARROW_MAX_N = 128  # up to 512 bytes per fp32 row: many rows per program

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..dtypes import SHORT_NAMES
+from ..core.dtypes import SHORT_NAMES
 from .compare import Comparison
 from .results import Result, short_names
 

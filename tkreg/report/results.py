@@ -1,5 +1,5 @@
 """Benchmark results as the report reads them, from pytest-benchmark's JSON or from the rows a
-tkreg session collected (each benchmark's ``extra_info``, written by ``tkreg.runners.run_bench``).
+tkreg session collected (each benchmark's ``extra_info``, written by ``tkreg.testing.runners.run_bench``).
 
 Only the standard library: the CLI and the record builder load results without torch.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from ..dtypes import SHORT_NAMES
+from ..core.dtypes import SHORT_NAMES
 
 PEER_PREFIX = "peer-"  # how run_bench names an op's peer (peer-torch.add, ...)
 

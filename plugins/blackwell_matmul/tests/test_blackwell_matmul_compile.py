@@ -10,10 +10,10 @@ import re
 import pytest
 from tkreg_blackwell_matmul.launcher import SHARED_MEMORY_BYTES, TMEM_COLUMNS
 
-from tkreg.aot import compile_and_check
-from tkreg.capability import arch
-from tkreg.loading import build_registry
-from tkreg.refs import resolve
+from tkreg.core.capability import arch
+from tkreg.core.loading import build_registry
+from tkreg.core.refs import resolve
+from tkreg.launch.aot import compile_and_check
 
 DTYPES = ("float16", "bfloat16")
 
@@ -83,8 +83,8 @@ def test_fits_shared_and_tensor_memory(kernel, dtype):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from tkreg import capability as caps
-    from tkreg.refs import resolve
+    from tkreg.core import capability as caps
+    from tkreg.core.refs import resolve
 
     for config in kernel.configs:
         spec = resolve(kernel.aot)(caps.arch("sm_100a"), dtype, {**config, "scheduler": "grouped-8"})

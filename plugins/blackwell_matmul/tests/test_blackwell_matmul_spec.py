@@ -8,7 +8,7 @@ import torch
 from tkreg_blackwell_matmul.launcher import DEFAULTS, config_reasons, matmul_blackwell_ws
 
 from tkreg import InputError
-from tkreg.loading import build_registry
+from tkreg.core.loading import build_registry
 
 
 @pytest.fixture(scope="module")

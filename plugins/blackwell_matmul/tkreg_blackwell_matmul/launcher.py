@@ -17,9 +17,9 @@ from tkreg_matmul.layouts import KN, LAYOUTS, NK
 from tkreg_matmul.op import make_output
 
 from tkreg import RequirementError
-from tkreg.aot import AotSpec
-from tkreg.capability import Arch
-from tkreg.schedulers import gluon_impl
+from tkreg.core.capability import Arch
+from tkreg.core.schedulers import gluon_impl
+from tkreg.launch.aot import AotSpec
 
 from .kernel import NUM_ACC_BUFFERS as KERNEL_ACC_BUFFERS
 from .kernel import matmul_blackwell_ws_kernel

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tkreg_elementwise.plugin import ADD_TRITON
 
-from tkreg.aot import check_code
-from tkreg.aot_worker import compile_installed
+from tkreg.launch.aot import check_code
+from tkreg.testing.aot_worker import compile_installed
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

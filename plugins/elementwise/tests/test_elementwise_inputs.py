@@ -59,7 +59,7 @@ def test_fast_checks_never_accept_what_the_full_checks_refuse(monkeypatch, tma):
     candidates, whatever it accepts, the full checks accept too; and it does accept good inputs."""
     from tkreg_elementwise import add_checks
 
-    from tkreg import inputs
+    from tkreg.launch import inputs
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(inputs, "FAST_DEVICE_TYPE", "cpu")

@@ -9,9 +9,9 @@ from tkreg_elementwise import add_op
 from tkreg_elementwise.plugin import ADD
 from tkreg_elementwise.testing import heavy_imports
 
-from tkreg.inputs import tma_reasons
-from tkreg.loading import build_registry
-from tkreg.specs import case
+from tkreg.core.loading import build_registry
+from tkreg.core.specs import case
+from tkreg.launch.inputs import tma_reasons
 
 
 def test_plugin_module_imports_neither_torch_nor_triton():

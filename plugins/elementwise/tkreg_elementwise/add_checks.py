@@ -2,16 +2,16 @@
 a wrong answer or a fault. Shared by the portable kernel and the Gluon (TMA) kernels.
 
 Every call first asks :func:`plainly_valid`, a few attribute reads that suffice for the full
-checks to pass (tkreg.inputs, "Fast checks"); only what it does not accept pays for the full
+checks to pass (tkreg.launch.inputs, "Fast checks"); only what it does not accept pays for the full
 checks, which name everything that is wrong."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tkreg import inputs
-from tkreg.errors import InputError
-from tkreg.inputs import check_output, device_reasons, fail_if, is_tensor, tensor_reasons, tma_reasons
+from tkreg.core.errors import InputError
+from tkreg.launch import inputs
+from tkreg.launch.inputs import check_output, device_reasons, fail_if, is_tensor, tensor_reasons, tma_reasons
 
 DTYPES = ("float32", "float16", "bfloat16")
 

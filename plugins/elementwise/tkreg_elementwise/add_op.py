@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from tkreg.specs import Case, Cost
+from tkreg.core.specs import Case, Cost
 
 from .add_checks import new_output
 

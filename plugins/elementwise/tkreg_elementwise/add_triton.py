@@ -23,9 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tkreg.aot import AotSpec
-from tkreg.fastlaunch import Launcher, is_compiled
-from tkreg.tma import TRITON_TYPE
+from tkreg.launch.aot import AotSpec
+from tkreg.launch.fastlaunch import Launcher, is_compiled
+from tkreg.launch.tma import TRITON_TYPE
 
 from .add_checks import checked_output
 
@@ -116,7 +116,7 @@ def tile_shape(block: int, n: int) -> tuple[int, int]:
     return block // cols, cols
 
 
-# Launchers (tkreg.fastlaunch) per path and (blocks, num_warps, BF16_BY_HAND): a handful per
+# Launchers (tkreg.launch.fastlaunch) per path and (blocks, num_warps, BF16_BY_HAND): a handful per
 # process. Keyed by plain values: hashing a JITFunction hashes its source.
 _CONTIGUOUS: dict[tuple[int, int, bool], Launcher] = {}
 _STRIDED: dict[tuple[int, int, int, bool], Launcher] = {}

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import tkreg
 from tkreg import CompileTarget, Kernel, Op, Requirements, case
-from tkreg.tolerances import EXACT
+from tkreg.core.tolerances import EXACT
 
 from .add_checks import DTYPES
 

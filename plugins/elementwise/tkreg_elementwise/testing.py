@@ -74,7 +74,7 @@ def heavy_imports(module: str) -> list[str]:
 
 def explain_add(plugins: str, *inputs: Any) -> list[Any]:
     """The registry's verdicts on an H100 (capability 9.0) for CPU ``inputs`` posing as CUDA."""
-    from tkreg.loading import build_registry
+    from tkreg.core.loading import build_registry
 
     return build_registry(env={"TKREG_PLUGINS": plugins}).explain("add", "9.0", [PosingAsCuda(t) for t in inputs])
 
@@ -82,9 +82,9 @@ def explain_add(plugins: str, *inputs: Any) -> list[Any]:
 def compile_tma_add(spec: Any, kernel: Any, target: Any, dtype: str, config: Any, load_buffers: str) -> Any:
     """Compile a TMA add kernel as the generated compile items do and check what they do not:
     no spills, and shared memory between the tiles the config asks for and a block's limit."""
-    from tkreg import dtypes
-    from tkreg.aot import check_code
-    from tkreg.aot_worker import compile_installed
+    from tkreg.core import dtypes
+    from tkreg.launch.aot import check_code
+    from tkreg.testing.aot_worker import compile_installed
 
     from .tma_launch import SMEM_PER_BLOCK
 

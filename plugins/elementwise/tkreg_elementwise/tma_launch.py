@@ -3,8 +3,8 @@ descriptors, the grid, the launch and the ahead-of-time spec. Every check runs b
 anything touches CUDA, so bad inputs and configs fail the same way on a machine with no GPU.
 
 Host time per call matters at small sizes (issue #12), so what does not change between calls is
-kept: launch plans per (dtype, params) with their tkreg.fastlaunch launcher, the plan and grid
-per input shape, the SM count, and the TMA descriptors (tkreg.tma.descriptor)."""
+kept: launch plans per (dtype, params) with their tkreg.launch.fastlaunch launcher, the plan and grid
+per input shape, the SM count, and the TMA descriptors (tkreg.launch.tma.descriptor)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tkreg import dtypes
-from tkreg.aot import AotSpec
-from tkreg.fastlaunch import BoundLaunch, Launcher
-from tkreg.tma import descriptor, descriptor_signature
+from tkreg.core import dtypes
+from tkreg.launch.aot import AotSpec
+from tkreg.launch.fastlaunch import BoundLaunch, Launcher
+from tkreg.launch.tma import descriptor, descriptor_signature
 
 from .add_checks import checked_output, tma_inputs_key
 from .tma_tiles import register_layout
@@ -40,7 +40,7 @@ SWIZZLES = (0, 32, 64, 128)
 @dataclass(frozen=True)
 class LaunchPlan:
     """A resolved config with its TMA box, shared layout, launch keywords (constexprs,
-    num_warps, compile options) and the launcher (tkreg.fastlaunch) that fixes them."""
+    num_warps, compile options) and the launcher (tkreg.launch.fastlaunch) that fixes them."""
 
     config: Mapping[str, Any]
     block: tuple[int, int]

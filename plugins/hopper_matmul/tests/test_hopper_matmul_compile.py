@@ -16,10 +16,10 @@ from tkreg_hopper_matmul import config as cfg
 from tkreg_hopper_matmul.config import HopperConfig
 from tkreg_hopper_matmul.plugin import KERNEL
 
-from tkreg.aot import AotSpec, CompiledCode, check_code, compile_spec, cuobjdump_path
-from tkreg.capability import arch
-from tkreg.loading import build_registry
-from tkreg.refs import resolve
+from tkreg.core.capability import arch
+from tkreg.core.loading import build_registry
+from tkreg.core.refs import resolve
+from tkreg.launch.aot import AotSpec, CompiledCode, check_code, compile_spec, cuobjdump_path
 
 SM90A = arch("sm_90a")
 DTYPES = ("float16", "bfloat16")

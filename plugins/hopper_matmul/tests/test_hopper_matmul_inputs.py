@@ -19,7 +19,7 @@ from tkreg_hopper_matmul.launch import matmul_hopper_ws
 from tkreg_hopper_matmul.plugin import KERNEL
 
 from tkreg import InputError
-from tkreg.refs import resolve
+from tkreg.core.refs import resolve
 
 CUDA = torch.device("cuda", 0)
 

@@ -5,7 +5,7 @@ compile is the kernel the launcher runs.
 A call checks its inputs (the full checks once per shape class, then only the addresses'
 alignment), takes a :class:`Plan` (config, scheduler, K slices, grid, TMA block shapes,
 constexprs), made once per problem shape class and cached, and launches it through
-:class:`tkreg_matmul.gluon_common.GluonLaunch` (tkreg.fastlaunch: a compiled variant's launcher,
+:class:`tkreg_matmul.gluon_common.GluonLaunch` (tkreg.launch.fastlaunch: a compiled variant's launcher,
 and per set of tensors a bound launch over cached descriptors).
 """
 
@@ -29,9 +29,9 @@ from tkreg_matmul.op import make_output
 from tkreg_matmul.reduce import reduce_partials
 
 from tkreg import Scheduler
-from tkreg.aot import AotSpec
-from tkreg.capability import Arch
-from tkreg.schedulers import gluon_impl
+from tkreg.core.capability import Arch
+from tkreg.core.schedulers import gluon_impl
+from tkreg.launch.aot import AotSpec
 
 from . import build
 from .choice import choose

@@ -1,4 +1,4 @@
-"""GluonLaunch on the CPU, with stand-ins for tkreg.fastlaunch's Launcher and tkreg.tma's descriptor
+"""GluonLaunch on the CPU, with stand-ins for tkreg.launch.fastlaunch's Launcher and tkreg.launch.tma's descriptor
 cache: one launcher per compiled variant, one bound launch per set of tensors (address, shape,
 strides), descriptors of B as stored, and a bounded cache. (fastlaunch itself is tested against
 triton's real launch path in tests/test_fastlaunch.py.)"""
@@ -11,8 +11,8 @@ import torch
 from tkreg_matmul.gluon_common import GluonLaunch, operands
 from tkreg_matmul.layouts import KN, NK
 
-import tkreg.fastlaunch
-import tkreg.tma
+import tkreg.launch.fastlaunch
+import tkreg.launch.tma
 
 
 class FakeLauncher:
@@ -37,8 +37,8 @@ def fakes(monkeypatch):
         described.append((name, t.data_ptr(), tuple(t.shape), t.stride(), tuple(block), checked))
         return ("desc", name, t.data_ptr(), tuple(t.shape), t.stride())
 
-    monkeypatch.setattr(tkreg.fastlaunch, "Launcher", FakeLauncher)
-    monkeypatch.setattr(tkreg.tma, "descriptor", descriptor)
+    monkeypatch.setattr(tkreg.launch.fastlaunch, "Launcher", FakeLauncher)
+    monkeypatch.setattr(tkreg.launch.tma, "descriptor", descriptor)
     monkeypatch.setattr(gluon_common, "_layout", lambda block, dtype: ("layout", block))
     return described
 

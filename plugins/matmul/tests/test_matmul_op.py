@@ -12,11 +12,11 @@ import torch
 from tkreg_matmul import op
 from tkreg_matmul.layouts import b_layout, b_tma_reasons
 
-from tkreg.checking import compare
-from tkreg.harness import make_inputs
-from tkreg.inputs import tma_reasons
-from tkreg.loading import build_registry
-from tkreg.specs import case
+from tkreg.core.loading import build_registry
+from tkreg.core.specs import case
+from tkreg.launch.inputs import tma_reasons
+from tkreg.testing.checking import compare
+from tkreg.testing.harness import make_inputs
 
 
 @pytest.fixture(scope="module")

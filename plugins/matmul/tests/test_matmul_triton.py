@@ -27,16 +27,16 @@ from tkreg_matmul.configs import (
 )
 from tkreg_matmul.triton_kernel import VECTOR, alignment
 
-from tkreg.aot import check_code, cuobjdump_path
-from tkreg.aot_worker import compile_installed
-from tkreg.loading import build_registry
+from tkreg.core.loading import build_registry
+from tkreg.launch.aot import check_code, cuobjdump_path
+from tkreg.testing.aot_worker import compile_installed
 
 # The interpreter must be switched on before the kernel module is imported, so the run happens in a
 # fresh process; it prints one line per failing check and "checked N" at the end.
 INTERPRETER_RUN = """
 import sys
-from tkreg.harness import run_check
-from tkreg.loading import build_registry
+from tkreg.testing.harness import run_check
+from tkreg.core.loading import build_registry
 reg = build_registry(env={"TKREG_PLUGINS": "matmul"})
 kernel = reg.kernel("matmul_triton")
 config = dict(kernel.configs[int(sys.argv[1])])
@@ -191,8 +191,8 @@ def test_split_k_reduction_under_the_interpreter():
 # the interpreter, which turns the kernel into an interpreter function that cannot be compiled.
 ALIGN_RUN = """
 import json, re
-from tkreg.aot import AotSpec, compile_spec
-from tkreg.capability import arch
+from tkreg.launch.aot import AotSpec, compile_spec
+from tkreg.core.capability import arch
 from tkreg_matmul.configs import LARGE
 from tkreg_matmul.triton_aot import matmul_triton_aot
 counts = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from tkreg.inputs import TMA_ALIGNMENT, check_output, device_reasons, fail_if, tensor_reasons, tma_reasons
+from tkreg.launch.inputs import TMA_ALIGNMENT, check_output, device_reasons, fail_if, tensor_reasons, tma_reasons
 
 from .layouts import b_tma_reasons
 from .op import DTYPES

@@ -14,8 +14,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
 
-from tkreg.inputs import TMA_ALIGNMENT
-from tkreg.tma import descriptor_signature, shared_layout
+from tkreg.launch.inputs import TMA_ALIGNMENT
+from tkreg.launch.tma import descriptor_signature, shared_layout
 
 from .checks import gluon_matmul_inputs_reasons, validate_gluon_matmul
 from .layouts import NK
@@ -142,12 +142,12 @@ def persistent_grid(M: int, N: int, BLOCK_M: int, BLOCK_N: int, device: Any, spl
 
 class GluonLaunch:
     """Launches of one Gluon matmul kernel whose runtime arguments are its three TMA descriptors
-    (A, B as stored, C or a split-K workspace), through :mod:`tkreg.fastlaunch`.
+    (A, B as stored, C or a split-K workspace), through :mod:`tkreg.launch.fastlaunch`.
 
-    One :class:`~tkreg.fastlaunch.Launcher` per compiled variant (the constexprs, options, block
+    One :class:`~tkreg.launch.fastlaunch.Launcher` per compiled variant (the constexprs, options, block
     shapes and dtype the caller's plan names), and per set of tensors (address, shape and strides of
     each, which is all a descriptor encodes) one bound launch over cached, immutable descriptors
-    (:func:`tkreg.tma.descriptor`): a repeated call encodes no CUtensorMap and binds no argument.
+    (:func:`tkreg.launch.tma.descriptor`): a repeated call encodes no CUtensorMap and binds no argument.
     The caller has checked TMA's rules for these tensors. Launch hooks (profilers) and anything
     else fastlaunch does not take get triton's ordinary launch, as fastlaunch decides."""
 
@@ -164,8 +164,8 @@ class GluonLaunch:
         key = (variant, *((t.data_ptr(), t.shape, t.stride()) for t in tensors))
         bound = self._bound.get(key)
         if bound is None:
-            from tkreg.fastlaunch import Launcher
-            from tkreg.tma import descriptor
+            from tkreg.launch.fastlaunch import Launcher
+            from tkreg.launch.tma import descriptor
 
             launcher = self._launchers.get(variant)
             if launcher is None:

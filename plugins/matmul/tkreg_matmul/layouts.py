@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tkreg.inputs import tma_reasons
+from tkreg.launch.inputs import tma_reasons
 
 KN = "kn"
 NK = "nk"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tkreg import Cost, Tolerance
-from tkreg.tolerances import UNIT_ROUNDOFF
+from tkreg.core.tolerances import UNIT_ROUNDOFF
 
 # Layouts make_inputs understands (Case.variant):
 #   ""           contiguous A and B

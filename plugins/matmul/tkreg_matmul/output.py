@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tkreg.inputs import check_output
+from tkreg.launch.inputs import check_output
 
 
 def output_for(a: Any, b: Any, out: Any = None) -> Any:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tkreg.aot import AotSpec
-from tkreg.capability import Arch
-from tkreg.tma import TRITON_TYPE
+from tkreg.core.capability import Arch
+from tkreg.launch.aot import AotSpec
+from tkreg.launch.tma import TRITON_TYPE
 
 from .configs import LARGE
 from .layouts import KN, LAYOUTS, NK

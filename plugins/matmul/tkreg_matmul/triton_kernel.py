@@ -20,8 +20,8 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from tkreg.fastlaunch import Launcher
-from tkreg.inputs import device_reasons, fail_if, interpreter_active
+from tkreg.launch.fastlaunch import Launcher
+from tkreg.launch.inputs import device_reasons, fail_if, interpreter_active
 
 from .checks import operand_reasons
 from .configs import pick_config
@@ -126,7 +126,7 @@ _plans = ShapeClassCache()
 def matmul_triton(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
     """C = A @ B. ``config``: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; any left
     out come from :func:`tkreg_matmul.configs.pick_config` for these inputs. The checks and the
-    choice run once per shape class; the launch goes through tkreg.fastlaunch."""
+    choice run once per shape class; the launch goes through tkreg.launch.fastlaunch."""
     extra = tuple(sorted(config.items())) if config else None
     plan = _plans.lookup(a, b, out, extra)
     if plan is None:

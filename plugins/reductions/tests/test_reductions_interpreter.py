@@ -18,7 +18,7 @@ import torch
 from tkreg_reductions import checks
 
 import tkreg
-from tkreg.loading import build_registry
+from tkreg.core.loading import build_registry
 
 # (M, N, variant): single column, prime sizes around block sizes, a sliced and a transposed view.
 SHAPES = ((3, 70, ""), (67, 1, ""), (5, 130, "colslice"), (67, 9, "transposed"), (2, 2049, "transposed"))
@@ -35,8 +35,8 @@ CHILD = r"""
 import json, sys
 import torch
 from tkreg import case
-from tkreg.harness import run_check
-from tkreg.loading import build_registry
+from tkreg.testing.harness import run_check
+from tkreg.core.loading import build_registry
 
 shapes, dtypes, extra = json.loads(sys.argv[1])
 reg = build_registry()

@@ -10,7 +10,7 @@ import torch
 from tkreg_reductions import checks, ranking, tiled
 
 import tkreg
-from tkreg.loading import build_registry
+from tkreg.core.loading import build_registry
 
 LAUNCHERS = ("sum_row", "sum_row_blocked", "sum_row_blocked_iterative", "sum_row_tiled")
 
@@ -162,7 +162,7 @@ def test_lookup_with_inputs_ranks_by_measured_speed_and_says_why(registry: tkreg
 def test_fast_checks_never_accept_what_the_full_checks_refuse(monkeypatch: pytest.MonkeyPatch) -> None:
     """checks.plainly_valid is a sufficient condition for the full checks (pointed at the CPU
     here), over every (x, out) pair of good and bad candidates; and it does accept good ones."""
-    from tkreg import inputs
+    from tkreg.launch import inputs
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(inputs, "FAST_DEVICE_TYPE", "cpu")

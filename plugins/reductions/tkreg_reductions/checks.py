@@ -2,7 +2,7 @@
 kernels that load whole rows as one block (also used by lookup with concrete inputs).
 
 Every call first asks :func:`plainly_valid`, a few attribute reads that suffice for the full
-checks to pass (tkreg.inputs, "Fast checks"); only what it does not accept pays for the full
+checks to pass (tkreg.launch.inputs, "Fast checks"); only what it does not accept pays for the full
 checks, which name everything that is wrong."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from tkreg import inputs
-from tkreg.inputs import check_output, device_reasons, fail_if, tensor_reasons
+from tkreg.launch import inputs
+from tkreg.launch.inputs import check_output, device_reasons, fail_if, tensor_reasons
 
 DTYPES = ("float32", "float16", "bfloat16")
 

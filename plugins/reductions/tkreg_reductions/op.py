@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tkreg.specs import Case, Cost
+from tkreg.core.specs import Case, Cost
 
 # Layouts make_inputs understands (Case.variant).
 COLSLICE = "colslice"  # rows are a slice of wider rows: row stride > N

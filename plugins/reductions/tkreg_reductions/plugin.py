@@ -6,7 +6,7 @@ from typing import Any
 
 import tkreg
 from tkreg import CompileTarget, Kernel, Op, Requirements, Tolerance, case
-from tkreg.tolerances import UNIT_ROUNDOFF
+from tkreg.core.tolerances import UNIT_ROUNDOFF
 
 PKG = "tkreg_reductions"
 DTYPES = ("float32", "float16", "bfloat16")

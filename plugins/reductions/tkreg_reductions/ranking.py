@@ -5,7 +5,7 @@
 An input is mapped to the benchmark shape of its class (narrow rows, many medium rows, square,
 long rows, a few very long rows); a kernel's score is its measured GB/s there. Without a
 measurement the score says so and is 0, so the static order decides. On a GPU with wall-time
-measurements (tkreg.walltime), lookup ranks measured kernels by estimated wall time per call
+measurements (tkreg.ops.walltime), lookup ranks measured kernels by estimated wall time per call
 instead; this device-time score then orders only kernels without a measurement.
 """
 

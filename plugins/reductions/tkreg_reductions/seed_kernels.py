@@ -14,11 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
-from tkreg.aot import AotSpec
-from tkreg.capability import Arch
-from tkreg.fastlaunch import Launcher
-from tkreg.inputs import fail_if
-from tkreg.tma import TRITON_TYPE
+from tkreg.core.capability import Arch
+from tkreg.launch.aot import AotSpec
+from tkreg.launch.fastlaunch import Launcher
+from tkreg.launch.inputs import fail_if
+from tkreg.launch.tma import TRITON_TYPE
 
 from .checks import MAX_BLOCK_ELEMENTS, default_block_m, next_power_of_2, validate, whole_row_reasons
 
@@ -71,7 +71,7 @@ def _warps_for(block_elements: int) -> int:
     return max(1, min(16, block_elements // WARP_ELEMENTS))
 
 
-# Launchers (tkreg.fastlaunch) per kernel and block sizes: a few per process, keyed by the block
+# Launchers (tkreg.launch.fastlaunch) per kernel and block sizes: a few per process, keyed by the block
 # sizes only (hashing a JITFunction hashes its source).
 _WHOLE_ROW: dict[int, Launcher] = {}
 _BLOCKED: dict[tuple[int, int], Launcher] = {}

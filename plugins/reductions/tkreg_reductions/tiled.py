@@ -27,10 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
-from tkreg.aot import AotSpec
-from tkreg.capability import Arch
-from tkreg.fastlaunch import Launcher
-from tkreg.tma import TRITON_TYPE
+from tkreg.core.capability import Arch
+from tkreg.launch.aot import AotSpec
+from tkreg.launch.fastlaunch import Launcher
+from tkreg.launch.tma import TRITON_TYPE
 
 from .checks import next_power_of_2, validate
 
@@ -165,7 +165,7 @@ class TiledPlan:
 # (M, N, itemsize, SMs, parameters) -> TiledPlan, oldest dropped first beyond PLANS entries.
 PLANS = 1024
 _PLANS: dict[tuple[Any, ...], TiledPlan] = {}
-# tkreg.fastlaunch launchers per constexprs and num_warps: a few per process.
+# tkreg.launch.fastlaunch launchers per constexprs and num_warps: a few per process.
 _LAUNCHERS: dict[tuple[Any, ...], Launcher] = {}
 
 

@@ -2,7 +2,7 @@
 
 The compile runs in a fresh interpreter without TRITON_INTERPRET: in one CI run (2026-11-22) all
 six in-process compiles failed inside gl.cdiv on one pytest-xdist worker, after interpreted
-kernels had left triton.language patched (tkreg.interpreter_state, which the pytest plugin now
+kernels had left triton.language patched (tkreg.testing.interpreter_state, which the pytest plugin now
 applies around every test, has the details).
 """
 
@@ -20,8 +20,8 @@ NAMES = ("persistent", "grouped-1", "grouped-8")
 PROBE = """
 import json, sys
 from tkreg_schedulers.aot import trace_aot
-from tkreg.aot import compile_spec
-from tkreg.loading import build_registry
+from tkreg.launch.aot import compile_spec
+from tkreg.core.loading import build_registry
 code = compile_spec(trace_aot(build_registry().scheduler(sys.argv[1])), sys.argv[2])
 print(json.dumps({"cubin": len(code.cubin), "ptx": code.ptx, "sass": bool(code.sass), "resources": code.resources}))
 """

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from tkreg.loading import build_registry
-from tkreg.refs import resolve
+from tkreg.core.loading import build_registry
+from tkreg.core.refs import resolve
 
 
 def _gpu_reason() -> str | None:

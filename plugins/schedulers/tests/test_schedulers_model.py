@@ -7,8 +7,8 @@ import itertools
 import pytest
 from tkreg_schedulers import model
 
-from tkreg.loading import build_registry
-from tkreg.refs import resolve
+from tkreg.core.loading import build_registry
+from tkreg.core.refs import resolve
 
 SIZES = (1, 7, 128, 129, 1000, 2048, 8192)
 BLOCKS = ((128, 256), (64, 64), (128, 128))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tkreg import Scheduler
-from tkreg.aot import AotSpec
-from tkreg.schedulers import gluon_impl
+from tkreg.core.schedulers import gluon_impl
+from tkreg.launch.aot import AotSpec
 
 from .trace import trace_kernel
 

@@ -13,7 +13,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from tkreg import Scheduler
-from tkreg.schedulers import gluon_impl
+from tkreg.core.schedulers import gluon_impl
 
 from .model import Order
 

@@ -108,7 +108,7 @@ def test_small_inputs_get_one_tile_per_program_unless_asked(monkeypatch):
 
 
 class RecordingLauncher:
-    """Stands in for tkreg.fastlaunch.Launcher in tma_launch: records binds and launches."""
+    """Stands in for tkreg.launch.fastlaunch.Launcher in tma_launch: records binds and launches."""
 
     binds: list[tuple[Any, ...]] = []
     launched: list[tuple[Any, ...]] = []
@@ -138,7 +138,7 @@ def test_launch_hands_the_plan_and_descriptors_to_its_launcher(recorded):
     which read only metadata)."""
     from tkreg_elementwise.testing import PosingAsCuda
 
-    from tkreg.fastlaunch import FrozenDescriptor
+    from tkreg.launch.fastlaunch import FrozenDescriptor
 
     a, b, out = (PosingAsCuda(torch.empty(100, 64)) for _ in range(3))
     assert add_tma(a, b, out, num_warps=2) is out
@@ -154,7 +154,7 @@ def test_launch_hands_the_plan_and_descriptors_to_its_launcher(recorded):
 def test_a_repeated_call_repeats_the_prepared_launch(recorded, monkeypatch):
     """Plain tensors (the fast checks pointed at the CPU) that match an earlier call in every
     checked property reuse its bound launch; any difference prepares another."""
-    from tkreg import inputs
+    from tkreg.launch import inputs
 
     monkeypatch.setattr(inputs, "FAST_DEVICE_TYPE", "cpu")
     a, b, out = torch.zeros(64, 64), torch.zeros(64, 64), torch.zeros(64, 64)

@@ -20,7 +20,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from tkreg.aot import AotSpec
+from tkreg.launch.aot import AotSpec
 
 # Measured with scripts/gpu/add_probe.py on an H100 (runs 7-9, 2026-11-22, notes/tuning.md): at
 # 32768^2 unswizzled 16 KB tiles of 256 columns, runs of 3 tiles per program with all 3 in flight

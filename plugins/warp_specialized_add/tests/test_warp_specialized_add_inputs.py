@@ -53,7 +53,7 @@ def test_lookup_ranks_by_measured_priority_for_tma_legal_inputs():
     ],
 )
 def test_lookup_by_capability(capability, runs):
-    from tkreg.loading import build_registry
+    from tkreg.core.loading import build_registry
 
     verdicts = build_registry(env={"TKREG_PLUGINS": PLUGINS}).explain("add", capability)
     assert [v.kernel.name for v in verdicts if v.runs] == runs

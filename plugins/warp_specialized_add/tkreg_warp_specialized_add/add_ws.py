@@ -25,7 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from tkreg.aot import AotSpec
+from tkreg.launch.aot import AotSpec
 
 # Measured with scripts/gpu/add_probe.py on an H100 (runs 7-9, 2026-11-22, notes/tuning.md): as for
 # add_tma, unswizzled 16 KB tiles of 256 columns in runs of 3 tiles per program, 3 load and 2

@@ -9,7 +9,7 @@ the loop, and every workload, a kernel and its peer alike, runs back to back as 
 loops, in do_bench and under CUPTI.
 
 What is read per repetition is CUPTI's span of the call's GPU work, from its first kernel's start
-to its last kernel's end (tkreg.cupti, through torch.profiler): the kernel durations Nsight Systems
+to its last kernel's end (tkreg.testing.cupti, through torch.profiler): the kernel durations Nsight Systems
 shows, with the gaps between a call's own kernels included. CUDA events around the work read the
 stream instead, which adds the kernel's launch behind the previous kernel (2-6 us on an H100:
 cuBLAS bf16 4096^3, 0.17 ms, +3.4%; a 0.35 ms row sum +0.8%; run 8 of 2026-11-23), whatever their
@@ -104,7 +104,7 @@ class DeviceClock:
     """A clock that advances only by measured device time: pytest-benchmark's timer for tkreg
     items, so its statistics are device-time statistics."""
 
-    __name__ = "tkreg.timing.DeviceClock"
+    __name__ = "tkreg.testing.timing.DeviceClock"
 
     def __init__(self) -> None:
         self.seconds = 0.0
@@ -119,7 +119,7 @@ class DeviceClock:
 class DeviceTimer:
     """Times GPU work on the current CUDA device; see the module docstring for the method.
 
-    Typical use (what tkreg.runners does)::
+    Typical use (what tkreg.testing.runners does)::
 
         estimate = timer.warmup(call)                  # also sets timer.host_ms
         read = timer.queue(call, timer.reps_for(estimate))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import dtypes
+from ..core import dtypes
 from .inputs import fail_if, tma_reasons
 
 # Element type names in triton signatures.
@@ -51,14 +51,14 @@ def shared_layout(block_shape: Sequence[int], dtype: Any) -> Any:
 
 
 # Descriptors kept, oldest dropped first: a few per (tensor, block) a workload launches on. Each
-# holds no tensor (tkreg.fastlaunch.TensorAddress), only its address, and the CUtensorMaps made
+# holds no tensor (tkreg.launch.fastlaunch.TensorAddress), only its address, and the CUtensorMaps made
 # for it (128 bytes each).
 DESCRIPTOR_CACHE_SIZE = 512
 _DESCRIPTORS: dict[tuple[Any, ...], Any] = {}
 
 
 def descriptor(t: Any, block_shape: Sequence[int], name: str, layout: Any = None, *, checked: bool = False) -> Any:
-    """A descriptor of ``t`` in ``block_shape`` boxes (a tkreg.fastlaunch.FrozenDescriptor, which
+    """A descriptor of ``t`` in ``block_shape`` boxes (a tkreg.launch.fastlaunch.FrozenDescriptor, which
     is a Gluon TensorDescriptor) with ``layout`` (default: :func:`shared_layout`), after checking
     TMA's alignment rules (InputError if not; ``checked``: the caller has just checked them).
 

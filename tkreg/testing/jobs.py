@@ -1,7 +1,7 @@
 """The work of one generated item, as a runner process executes it: check, compile or time one
 kernel, and say how it went in a picklable :class:`Outcome`.
 
-The pytest process sends a :class:`Job` to a runner (see tkreg.pool) and turns the outcome into
+The pytest process sends a :class:`Job` to a runner (see tkreg.testing.pool) and turns the outcome into
 the item's result. The runner holds the registry, the device timer and whatever a kernel does to
 the process (a sticky CUDA error, patched interpreter state), so none of it reaches the pytest
 process or the items that follow. With ``--tkreg-in-process`` the same functions run in the
@@ -15,9 +15,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import harness, refs
+from ..core import refs
+from ..core.registry import Registry, input_constraint_reasons
+from . import harness
 from .generation import ItemSpec
-from .registry import Registry, input_constraint_reasons
 
 # Words in the CUDA errors that leave a context unusable (cudaErrorIllegalAddress,
 # MisalignedAddress, IllegalInstruction, Assert, LaunchFailure, ...): every later call in the
@@ -48,7 +49,7 @@ class Job:
     seed: int
     timeout_s: float
     save_asm: str | None = None
-    ceilings: Any = None  # tkreg.timing.Ceilings already measured on this GPU, for bench jobs
+    ceilings: Any = None  # tkreg.testing.timing.Ceilings already measured on this GPU, for bench jobs
 
     @property
     def lane(self) -> str:
@@ -144,7 +145,7 @@ def _correctness(job: Job, context: Context) -> Outcome:
 
 
 def _compile(job: Job, context: Context) -> Outcome:
-    from .aot import TargetCheck
+    from ..launch.aot import TargetCheck
     from .aot_worker import compile_request
 
     spec = job.spec

@@ -2,17 +2,17 @@
 
 Lookup by capability imports neither torch nor triton; lookup with concrete inputs inspects them
 duck-typed (dtype, device, data_ptr, stride) and calls the kernels' own input checks. Runnable
-kernels rank by priority, then by their ``score`` for the inputs; on a GPU with wall-time
-measurements (:mod:`tkreg.walltime`) kernels measured for the op rank by estimated wall time per
-call instead, beside the op's peer. Answers with inputs are cached per input signature
-(:mod:`tkreg.signature`), so a repeated lookup does no ranking.
+kernels rank by priority, then by their ``score`` for the inputs. A layer above the core may add
+a :data:`Ranker` (``tkreg.ops`` adds one that ranks by measured wall time, beside the op's peer);
+the core knows no measurement. Answers with inputs are cached per input signature
+(:mod:`tkreg.core.signature`), so a repeated lookup does no ranking.
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,17 +20,15 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import capability as caps
-from . import dtypes, refs, walltime
+from . import dtypes, refs
 from .errors import RegistrationError, UnknownNameError
 from .platform import Platform, installed_version, platform_for
 from .signature import inputs_key
 from .specs import FEATURES, Kernel, Op, Scheduler
-from .walltime import Estimate, Measurements
 
 # Rankings kept per registry; beyond this many signatures the cache starts over (a model with
 # shapes that never repeat must not grow memory without bound).
 RANKING_CACHE_SIZE = 4096
-_AUTO = object()  # measurements: those shipped for the platform
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class Verdict:
     reasons: tuple[str, ...] = ()
     ranking: str = ""
     score: float | None = None
-    estimate: Estimate | None = None  # wall time per call, where measurements rank it
+    estimate: Any = None  # what a ranker estimated this kernel to cost, where one ranked it
 
     @property
     def runs(self) -> bool:
@@ -77,17 +75,23 @@ class Verdict:
 @dataclass(frozen=True)
 class Ranking:
     """Every kernel's verdict for one lookup, best first, and where the op's peer stands: the
-    peer's estimate when it was measured, and whether it beats every runnable kernel (then
+    peer's estimate when a ranker estimated it, and whether it beats every runnable kernel (then
     tkreg.ops calls the peer)."""
 
     verdicts: tuple[Verdict, ...]
-    peer: Estimate | None = None
+    peer: Any = None
     prefer_peer: bool = False
     peer_ranking: str = ""
 
     @property
     def runnable(self) -> tuple[Kernel, ...]:
         return tuple(v.kernel for v in self.verdicts if v.runs)
+
+
+# A ranker reorders the runnable kernels for concrete inputs: (registry, op, platform, runnable
+# verdicts in priority order, inputs) -> a Ranking of the runnable ones, or None to leave the
+# priority order. Rankers are asked in the order they were added; the first answer counts.
+Ranker = Callable[["Registry", Op, Platform, list[Verdict], Sequence[Any]], "Ranking | None"]
 
 
 class Registry:
@@ -101,9 +105,9 @@ class Registry:
         self.plugins: list[PluginInfo] = []
         self.problems: list[PluginProblem] = []
         self._rankings: dict[Any, Ranking] = {}
-        self._measurements: Any = _AUTO
+        self._rankers: list[Ranker] = []
 
-    # -- registration (used by tkreg.loading) ---------------------------------------------
+    # -- registration (used by tkreg.core.loading) ---------------------------------------------
     def add(self, spec: Op | Kernel | Scheduler, plugin: PluginInfo) -> None:
         kind, table = self._table_for(spec)
         if spec.name in table:
@@ -242,16 +246,24 @@ class Registry:
             self._rankings[key] = result
         return result
 
-    def use_measurements(self, measurements: Measurements | object | None = _AUTO) -> None:
-        """Rank with these wall-time measurements (None: none; default: those shipped for the
-        platform, see :func:`tkreg.walltime.for_platform`). Forgets cached rankings."""
-        self._measurements = measurements
+    def add_ranker(self, ranker: Ranker) -> None:
+        """Rank runnable kernels for concrete inputs with ``ranker`` too (see :data:`Ranker`);
+        adding one that is already there changes nothing. Forgets cached rankings."""
+        if ranker not in self._rankers:
+            self._rankers.append(ranker)
         self._rankings.clear()
 
-    def measurements_for(self, platform: Platform) -> Measurements | None:
-        if self._measurements is _AUTO:
-            return walltime.for_platform(platform)
-        return self._measurements  # type: ignore[return-value]
+    def remove_ranker(self, ranker: Ranker) -> None:
+        if ranker in self._rankers:
+            self._rankers.remove(ranker)
+        self._rankings.clear()
+
+    def rankers(self) -> list[Ranker]:
+        return list(self._rankers)
+
+    def forget_rankings(self) -> None:
+        """Drop cached answers (a ranker's data changed)."""
+        self._rankings.clear()
 
     def _rank(self, op: str, platform: Platform, here: bool, inputs: Sequence[Any] | None) -> Ranking:
         op_spec = self.op(op)
@@ -259,49 +271,12 @@ class Registry:
         runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
         rejected = tuple(v for v in verdicts if not v.runs)
         if inputs is not None and runnable:
-            by_wall = self._rank_by_wall_time(op_spec, platform, runnable, inputs)
-            if by_wall is not None:
-                return Ranking(by_wall.verdicts + rejected, by_wall.peer, by_wall.prefer_peer, by_wall.peer_ranking)
+            for ranker in self._rankers:
+                ranked = ranker(self, op_spec, platform, runnable, inputs)
+                if ranked is not None:
+                    return Ranking(ranked.verdicts + rejected, ranked.peer, ranked.prefer_peer, ranked.peer_ranking)
         return Ranking(tuple(_with_reasons(runnable)) + rejected)
 
-    def _rank_by_wall_time(self, op: Op, platform: Platform, runnable: list[Verdict], inputs: Sequence[Any]) -> Ranking | None:
-        """Measured kernels (and the peer) by the wall-time rule of :mod:`tkreg.walltime`, then
-        the unmeasured ones in priority order; None when nothing here was measured."""
-        measurements = self.measurements_for(platform)
-        if measurements is None or not measurements.covers(op.name):
-            return None
-        from .ops.forms import form_for
-
-        form = form_for(op)
-        try:
-            dims = form.dims(inputs)
-            layout = form.layout(inputs)
-            dtype = dtypes.name_of(inputs[0].dtype)
-        except (AttributeError, IndexError, TypeError, ValueError):  # inputs this form cannot describe
-            return None
-        if dims is None or dtype not in dtypes.ITEMSIZE:
-            return None
-
-        def estimate(impl: str) -> Estimate | None:
-            return measurements.estimate(op, impl, dtype, dims, layout, form.shape_class)
-
-        estimates = {v.kernel.name: e for v in runnable if (e := estimate(v.kernel.name)) is not None}
-        if not estimates:
-            return None
-        peer_label = f"peer {op.peer_name}"
-        peer = estimate(walltime.PEER) if op.peer is not None else None
-        candidates = {**estimates, **({peer_label: peer} if peer is not None else {})}
-        why = dict(walltime.order(candidates, peer=peer_label))
-        order = list(why)
-        measured = [v for v in runnable if v.kernel.name in estimates]
-        measured.sort(key=lambda v: order.index(v.kernel.name))
-        ranked = [Verdict(v.kernel, (), why[v.kernel.name], v.score, estimates[v.kernel.name]) for v in measured]
-        where = measurements.device
-        for v in runnable:
-            if v.kernel.name not in estimates:
-                text = f"no wall-time measurement of {v.kernel.name} for {op.name} on {where}; ranked after the measured kernels"
-                ranked.append(Verdict(v.kernel, (), text, v.score))
-        return Ranking(tuple(ranked), peer, order[0] == peer_label, why.get(peer_label, ""))
     def _judge(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any] | None, here: bool) -> Verdict:
         reasons = unmet_requirements(kernel, platform)
         if inputs is not None and not reasons:

@@ -1,6 +1,6 @@
-"""A runner: a child Python process that executes jobs (tkreg.jobs) for the pytest process.
+"""A runner: a child Python process that executes jobs (tkreg.testing.jobs) for the pytest process.
 
-The child is started with ``python -m tkreg.runner_process SETTINGS`` in a session of its own,
+The child is started with ``python -m tkreg.testing.runner_process SETTINGS`` in a session of its own,
 with its environment already set (the interpreter switch, the GPU it is pinned to), and loads
 the same plugins as the pytest process. Messages are pickled frames: the parent writes jobs to
 the child's stdin; the child answers on the stdout it had at start (later writes to fd 1 go to its
@@ -102,7 +102,7 @@ class RunnerProcess:
         self.log_path = log_path
         self._log = open(log_path, "ab")  # the child writes it for its whole life
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tkreg.runner_process", json.dumps(settings)],
+            [sys.executable, "-m", "tkreg.testing.runner_process", json.dumps(settings)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -235,8 +235,8 @@ def serve(settings: dict[str, Any]) -> None:
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     requests, answers = _channel()
 
+    from ..core.loading import build_registry, plugins_from_files
     from .jobs import Context, execute
-    from .loading import build_registry, plugins_from_files
 
     registry = build_registry(plugins=plugins_from_files(settings["plugin_files"]))
     gpu = bool(settings["gpu"])

@@ -12,7 +12,7 @@ def resolve(scheduler: str | Scheduler) -> Scheduler:
     """A Scheduler spec from a spec or a registered name."""
     if isinstance(scheduler, Scheduler):
         return scheduler
-    from . import default_registry
+    from .loading import default_registry
 
     return default_registry().scheduler(scheduler)
 

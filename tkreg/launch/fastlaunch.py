@@ -11,7 +11,7 @@ Use (make launchers once, e.g. per config in a dict, and call them per launch)::
     launch = Launcher(add_kernel, BLOCK=1024, num_warps=4)   # constexprs and options: fixed
     launch(((n + 1023) // 1024,), a, b, out, n)               # the grid, then every other
                                                               # parameter in the kernel's order
-    # Gluon/TMA: descriptors from tkreg.tma.descriptor (cached, immutable), and the whole call
+    # Gluon/TMA: descriptors from tkreg.launch.tma.descriptor (cached, immutable), and the whole call
     # bound once per input if it repeats (keep BoundLaunch objects in a bounded dict keyed by
     # what the descriptors were made from: addresses, shapes, strides, dtype, config)
     bound = Launcher(matmul_kernel, BLOCK_M=128, num_warps=4).bind(
@@ -52,7 +52,7 @@ bound launches in a cache keyed by whatever the arguments were made from.
 TMA descriptors: :class:`FrozenDescriptor` is a Gluon ``TensorDescriptor`` that cannot change
 once made and keeps no tensor alive, so its specialization is computed once and the CUtensorMap
 triton encodes for it (``make_tensordesc_arg``) is kept per compiled kernel. Cache such
-descriptors by address, shape, strides, dtype, block and layout (``tkreg.tma.descriptor`` does);
+descriptors by address, shape, strides, dtype, block and layout (``tkreg.launch.tma.descriptor`` does);
 any other descriptor is specialized and encoded on every call, as triton does.
 """
 

@@ -20,7 +20,7 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
-from .aot import CompiledCode, compile_and_check
+from ..launch.aot import CompiledCode, compile_and_check
 from .harness import resolve_config
 
 
@@ -54,7 +54,7 @@ def compile_request(registry: Any, request: dict[str, Any], save_dir: str | None
 
 
 def serve() -> None:
-    from .loading import build_registry, plugins_from_files
+    from ..core.loading import build_registry, plugins_from_files
 
     registry = build_registry(plugins=plugins_from_files(json.loads(sys.argv[1])))
     save_dir = sys.argv[2] or None
@@ -78,7 +78,7 @@ class WorkerClient:
     def _start(self) -> subprocess.Popen[str]:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         return subprocess.Popen(
-            [sys.executable, "-m", "tkreg.aot_worker", *self._args],
+            [sys.executable, "-m", "tkreg.testing.aot_worker", *self._args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -124,7 +124,7 @@ def compile_installed(kernel: str, arch: str, dtype: str, config: dict[str, Any]
     """Compile one kernel of the installed plugins for ``arch`` and return its code: in this
     process, or in a worker when this process runs the interpreter. For plugin tests, which
     must pass both in plain pytest and under ``pytest --tkreg`` on a CPU machine."""
-    from .inputs import interpreter_active
+    from ..launch.inputs import interpreter_active
 
     item = f"{kernel}-{arch}-{dtype}"
     request = {"item": item, "kernel": kernel, "arch": arch, "dtype": dtype, "config": config, "want_code": True}
@@ -133,7 +133,7 @@ def compile_installed(kernel: str, arch: str, dtype: str, config: dict[str, Any]
             _shared_worker.append(WorkerClient([], None))
             atexit.register(_shared_worker[0].close)
         return CompiledCode(**_shared_worker[0].request(request, timeout_s)["code"])
-    from . import default_registry
+    from .. import default_registry
 
     return CompiledCode(**compile_request(default_registry(), request, None)["code"])
 

@@ -1,8 +1,8 @@
 """Build the benchmark record (BENCHMARKS.md) from its template and the stored data, so every table
 in it is computed from JSON, never copied by hand.
 
-    python -m tkreg.record            # write BENCHMARKS.md (and its plots) from benchmarks/template.md
-    python -m tkreg.record --check    # exit 1 if BENCHMARKS.md is not what the template and data give
+    python -m tkreg.report.record            # write BENCHMARKS.md (and its plots) from benchmarks/template.md
+    python -m tkreg.report.record --check    # exit 1 if BENCHMARKS.md is not what the template and data give
 
 The template is Markdown with directives, each alone on a line: ``{{ NAME PATH [key=value ...] }}``.
 Paths are relative to the current directory (run it from the repository root).
@@ -14,7 +14,7 @@ Paths are relative to the current directory (run it from the repository root).
 ``{{ best PATH op=OP }}``                                   the fastest kernel per case/dtype vs the peer
 ``{{ speedups PATH op=OP kernel=K by=KEY where=A=1,B=2 }}``  one kernel's speed-ups per value of KEY
 ``{{ plots PATH op=OP }}``                                  the report's plots of OP, written beside it
-``{{ record PATH }}``                                       a tkreg.records envelope, with its meta
+``{{ record PATH }}``                                       a tkreg.report.records envelope, with its meta
 ``{{ records DIR }}``                                       every envelope in DIR no record line placed
 ``{{ matmul-suite PATH }}``                                 scripts/gpu/matmul_suite.py's record, per case
 ==========================================================  =========================================
@@ -34,15 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import record_tables
+from .markdown import results_table
 from .records import load as load_record
-from .report.markdown import results_table
-from .report.results import Run, load_run, read_json
-from .report.write import file_stem, op_plots
+from .results import Run, load_run, read_json
+from .write import file_stem, op_plots
 
 DEFAULT_TEMPLATE = Path("benchmarks/template.md")
 DEFAULT_OUT = Path("BENCHMARKS.md")
 DEFAULT_PLOTS = Path("benchmarks/plots")
-COMMAND = "python -m tkreg.record"
+COMMAND = "python -m tkreg.report.record"
 DIRECTIVE = re.compile(r"^\{\{\s*([a-z-]+)\s+(.*?)\s*\}\}\s*$")
 
 

@@ -7,7 +7,7 @@ implements tkreg hooks, and one item is generated per kernel x case x dtype x co
 (correctness), per kernel x target (compile) and, with ``--tkreg-bench``, per kernel x benchmark
 case (timed through pytest-benchmark, on a GPU).
 
-Every item's kernel work runs in a runner process (tkreg.pool, tkreg.runner_process), never in
+Every item's kernel work runs in a runner process (tkreg.testing.pool, tkreg.testing.runner_process), never in
 the pytest process: a kernel that crashes, hangs or breaks its CUDA context fails its own item,
 its runner is replaced, and the items after it run in a healthy process. Runners start jobs ahead
 of pytest, so items run in parallel (several per GPU for correctness; a benchmark alone on its
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from .inputs import interpreter_active
+from ..launch.inputs import interpreter_active
 
 HOOK_NAMES = ("tkreg_register_ops", "tkreg_register_schedulers", "tkreg_register_kernels")
 MARKERS = {
@@ -174,7 +174,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     modules import any kernel: triton decides interpreter or compiler inside @triton.jit."""
     if not getattr(early_config.known_args_namespace, "tkreg", False) or "TRITON_INTERPRET" in os.environ:
         return
-    from .platform import current
+    from ..core.platform import current
 
     if not current().is_gpu:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -183,7 +183,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     """While the interpreter is active, undo whatever it leaves patched in triton.language after
-    each test (see tkreg.interpreter_state), so a later compile in this process is unaffected."""
+    each test (see tkreg.testing.interpreter_state), so a later compile in this process is unaffected."""
     if not interpreter_active():
         return (yield)
     from .interpreter_state import language_restored
@@ -220,9 +220,9 @@ def _in_process_plugins(config: pytest.Config) -> list[tuple[str, Any]]:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("tkreg"):
         return
+    from ..core.loading import build_registry
+    from ..core.platform import current
     from .generation import Selection, generate
-    from .loading import build_registry
-    from .platform import current
     from .runners import Session
     from .timing import DeviceClock
 
@@ -360,7 +360,7 @@ class OutcomeCounter:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if not config.getoption("tkreg"):
         return
-    from .platform import current
+    from ..core.platform import current
     from .runners import bench_table
 
     counts = config.stash[counter_key].counts
@@ -395,7 +395,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                 f.write(table + "\n")
         report_dir = config.getoption("tkreg_report")
         if report_dir:
-            from .report import write_report
+            from ..report import write_report
 
             report = write_report(state.results, report_dir)
             terminalreporter.write_line(f"benchmark report: {report.markdown} and {len(report.plots)} plots")

@@ -1,5 +1,5 @@
 """Tables the benchmark record is built from: summaries of a benchmark run (kernels against their
-peer, the best kernel per case, one kernel's speed-ups per variant) and any tkreg.records envelope
+peer, the best kernel per case, one kernel's speed-ups per variant) and any tkreg.report.records envelope
 as a generic table with its provenance. Only the standard library."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .dtypes import SHORT_NAMES
-from .report.markdown import percent, table
-from .report.results import PEER_PREFIX, Result
+from ..core.dtypes import SHORT_NAMES
+from .markdown import percent, table
+from .results import PEER_PREFIX, Result
 
 META_SHOWN = ("device", "capability", "sms", "date", "command", "torch", "triton", "python")
 
@@ -92,7 +92,7 @@ def _speedup(r: Result, digits: int) -> str:
     return "-" if r.speedup is None else f"{r.speedup:.{digits}f}x"
 
 
-# ---- tkreg.records envelopes ---------------------------------------------------------------------
+# ---- tkreg.report.records envelopes ---------------------------------------------------------------------
 def cell(value: Any) -> str:
     """A value as a table cell: floats to about four significant digits, containers as JSON."""
     if value is None:
@@ -122,7 +122,7 @@ def provenance(meta: Mapping[str, Any]) -> str:
 
 
 def record_table(document: Mapping[str, Any]) -> str:
-    """A tkreg.records envelope as Markdown: its provenance, one row per row (columns in the order
+    """A tkreg.report.records envelope as Markdown: its provenance, one row per row (columns in the order
     they first appear), then its notes."""
     rows = list(document.get("rows") or [])
     columns = list(dict.fromkeys(key for row in rows for key in row))

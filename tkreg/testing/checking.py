@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .specs import Tolerance
+from ..core.specs import Tolerance
 
 FIRST_SHOWN = 5
 

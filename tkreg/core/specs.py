@@ -2,7 +2,7 @@
 
 Each is a frozen dataclass validated in ``__post_init__``; a bad field raises :class:`SpecError`
 naming the spec and the field. Nothing here imports torch or triton: callables that need them are
-given as lazy references ("package.module:function", see :mod:`tkreg.refs`).
+given as lazy references ("package.module:function", see :mod:`tkreg.core.refs`).
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ class Kernel:
     test-only configs (tiny blocks) are not built for the instructions the targets require.
     With ``takes_scheduler`` every config is crossed with every
     registered scheduler (config key "scheduler").
-    aot(arch, dtype, config) -> tkreg.aot.AotSpec describes one ahead-of-time compile for targets.
+    aot(arch, dtype, config) -> tkreg.launch.aot.AotSpec describes one ahead-of-time compile for targets.
     priority ranks kernels in lookup (higher first); score(*inputs) -> (value, why) ranks kernels of
     one priority for concrete inputs (higher value first).
     """

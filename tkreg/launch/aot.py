@@ -16,9 +16,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capability as caps
-from . import refs
-from .specs import CompileTarget, Kernel
+from ..core import capability as caps
+from ..core import refs
+from ..core.specs import CompileTarget, Kernel
 
 WARP_SIZE = 32
 

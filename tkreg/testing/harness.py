@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import dtypes, refs
+from ..core import dtypes, refs
+from ..core.errors import InputError
+from ..core.registry import Registry, input_constraint_reasons
+from ..core.specs import Case, Kernel, Op
 from .checking import Comparison, compare
-from .errors import InputError
-from .registry import Registry, input_constraint_reasons
-from .specs import Case, Kernel, Op
 
 DEFAULT_DEADLINE_S = 60.0
 

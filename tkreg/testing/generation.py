@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import dtypes
-from .registry import Registry
-from .specs import Case, Kernel, config_id
+from ..core import dtypes
+from ..core.registry import Registry
+from ..core.specs import Case, Kernel, config_id
 
 KINDS = ("correctness", "compile", "bench")  # item kinds, each with its marker tkreg_<kind>
 

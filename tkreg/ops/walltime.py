@@ -1,6 +1,6 @@
 """What a call costs the user: measured wall time per call, and the model between measured points.
 
-The data (``tkreg/measured/*.json``, written by ``scripts/gpu/ops_measure.py``; a tkreg.records
+The data (``tkreg/measured/*.json``, written by ``scripts/gpu/ops_measure.py``; a tkreg.report.records
 envelope of kind "ops_ranking") holds, per op, kernel or peer ("peer"), dtype, input dims and
 layout, three figures measured on one device:
 
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import dtypes, refs
-from .platform import Platform
-from .specs import Op
+from ..core import dtypes, refs
+from ..core.platform import Platform
+from ..core.specs import Op
 
 PEER = "peer"  # the name measured rows give the op's peer
 KIND = "ops_ranking"  # the records kind of a ranking data file
@@ -282,3 +282,75 @@ def _for_device(name: str, capability: tuple[int, int] | None, paths: tuple[str,
 @functools.lru_cache(maxsize=8)
 def load(path: str) -> Measurements:
     return Measurements.from_document(json.loads(Path(path).read_text()))
+
+
+# -- ranking a registry's kernels by these estimates ----------------------------------------------
+AUTO = "auto"  # rank with the measurements shipped for the platform (for_platform)
+
+
+class WallTimeRanker:
+    """A :data:`tkreg.core.registry.Ranker`: the measured kernels (and the op's peer) by the rule
+    of :func:`order`, then the unmeasured ones in priority order. It answers nothing (the
+    registry keeps its priority order) where no measurement covers the op on that platform."""
+
+    def __init__(self, measurements: Measurements | str | None = AUTO) -> None:
+        self.measurements = measurements
+
+    def measurements_for(self, platform: Platform) -> Measurements | None:
+        if self.measurements == AUTO:
+            return for_platform(platform)
+        return self.measurements  # type: ignore[return-value]
+
+    def __call__(self, registry: Any, op: Op, platform: Platform, runnable: list[Any], inputs: Any) -> Any:
+        from ..core.registry import Ranking, Verdict
+        from .forms import form_for
+
+        measurements = self.measurements_for(platform)
+        if measurements is None or not measurements.covers(op.name):
+            return None
+        form = form_for(op)
+        try:
+            dims = form.dims(inputs)
+            layout = form.layout(inputs)
+            dtype = dtypes.name_of(inputs[0].dtype)
+        except (AttributeError, IndexError, TypeError, ValueError):  # inputs this form cannot describe
+            return None
+        if dims is None or dtype not in dtypes.ITEMSIZE:
+            return None
+
+        def estimate(impl: str) -> Estimate | None:
+            return measurements.estimate(op, impl, dtype, dims, layout, form.shape_class)
+
+        estimates = {v.kernel.name: e for v in runnable if (e := estimate(v.kernel.name)) is not None}
+        if not estimates:
+            return None
+        peer_label = f"peer {op.peer_name}"
+        peer = estimate(PEER) if op.peer is not None else None
+        candidates = {**estimates, **({peer_label: peer} if peer is not None else {})}
+        why = dict(order(candidates, peer=peer_label))
+        ranks = {name: i for i, name in enumerate(why)}
+        measured = sorted((v for v in runnable if v.kernel.name in estimates), key=lambda v: ranks[v.kernel.name])
+        ranked = [Verdict(v.kernel, (), why[v.kernel.name], v.score, estimates[v.kernel.name]) for v in measured]
+        for v in runnable:
+            if v.kernel.name not in estimates:
+                text = (f"no wall-time measurement of {v.kernel.name} for {op.name} on {measurements.device}; "
+                        "ranked after the measured kernels")
+                ranked.append(Verdict(v.kernel, (), text, v.score))
+        return Ranking(tuple(ranked), peer, next(iter(why)) == peer_label, why.get(peer_label, ""))
+
+
+def rank_by(registry: Any, measurements: Measurements | str | None = AUTO) -> WallTimeRanker:
+    """Make ``registry`` rank by these measurements (default: those shipped for the platform;
+    None: none), replacing a wall-time ranker it had; returns the ranker."""
+    for old in registry.rankers():
+        if isinstance(old, WallTimeRanker):
+            registry.remove_ranker(old)
+    ranker = WallTimeRanker(measurements)
+    registry.add_ranker(ranker)
+    return ranker
+
+
+def ensure_ranker(registry: Any) -> None:
+    """Give ``registry`` the shipped-measurements ranker unless it has a wall-time ranker."""
+    if not any(isinstance(r, WallTimeRanker) for r in registry.rankers()):
+        registry.add_ranker(WallTimeRanker())

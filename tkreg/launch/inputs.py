@@ -21,8 +21,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import dtypes
-from .errors import InputError
+from ..core import dtypes
+from ..core.errors import InputError
 
 TMA_ALIGNMENT = 16  # bytes: TMA descriptors need 16-byte aligned base and non-last strides
 TENSOR_ATTRS = ("dtype", "shape", "stride", "data_ptr", "device")

@@ -9,6 +9,7 @@ the plugin, its distribution and version, and the error; every other plugin stil
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +27,13 @@ ENTRY_POINT_GROUP = "tkreg"
 ENV_VAR = "TKREG_PLUGINS"
 
 _SPEC_TYPES: dict[str, type] = {"op": Op, "scheduler": Scheduler, "kernel": Kernel}
+
+
+@functools.lru_cache(maxsize=1)
+def default_registry() -> Registry:
+    """The registry of installed plugins (entry points, filtered by TKREG_PLUGINS), built once;
+    ``default_registry.cache_clear()`` forgets it."""
+    return build_registry()
 
 
 def selected_names(env: Mapping[str, str] | None = None) -> set[str] | None:

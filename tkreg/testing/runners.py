@@ -1,5 +1,5 @@
 """What each generated item does in the pytest process: decide whether it can run here, hand its
-job to a runner process (tkreg.pool) and turn the outcome into the item's result.
+job to a runner process (tkreg.testing.pool) and turn the outcome into the item's result.
 
 Shared state for a session (the registry, the runner pool, ceilings and peer timings per GPU, the
 benchmark results) lives in :class:`Session`, kept in pytest's stash. The pytest process itself
@@ -16,15 +16,16 @@ from typing import Any
 
 import pytest
 
-from . import dtypes, harness
+from ..core import dtypes
+from ..core.platform import Platform, current, visible_gpus
+from ..core.registry import Registry, unmet_requirements
+from ..core.specs import config_id
+from ..launch.inputs import interpreter_active
+from . import harness
 from .generation import ItemSpec
-from .inputs import interpreter_active
 from .jobs import Context, Job, Outcome, execute
-from .platform import Platform, current, visible_gpus
 from .pool import PoolSettings, RunnerPool, Task
-from .registry import Registry, unmet_requirements
 from .runner_process import Flavor
-from .specs import config_id
 
 # Runners per GPU for correctness: their work is mostly on the CPU (input generation, JIT
 # compiles, Python), so up to three quarters of the cores (the compile runners take the rest).
@@ -110,7 +111,7 @@ class Session:
 
     def variant(self, spec: ItemSpec) -> str | None:
         """The compiled kernel a correctness job needs, where it compiles one (on a GPU): jobs of
-        one variant wait for the first to finish, then load it from triton's cache (tkreg.pool).
+        one variant wait for the first to finish, then load it from triton's cache (tkreg.testing.pool).
         Shapes are left out (most cases of a kernel share its compiled variant); the case's
         variant (a layout, say) is kept, since it changes the kernel."""
         if spec.kind != "correctness" or not self.gpus():

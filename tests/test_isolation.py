@@ -111,3 +111,20 @@ def test_a_kernel_using_triton_language_helpers_passes_every_interpreted_item(
     for extra in ((), ("--tkreg-in-process",)):
         result = pytester.runpytest_subprocess("--tkreg", "-m", "tkreg_correctness", *extra)
         result.assert_outcomes(passed=4)
+
+
+def test_runner_logs_are_deleted_after_a_passing_run_and_kept_after_a_failure(
+    faults: tuple[pytest.Pytester, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester, _ = faults
+    temp = pytester.path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # where tempfile (and so the pool) makes its directory
+    common = ("--tkreg", "-m", "tkreg_correctness", "-k", "1x8")
+    pytester.runpytest_subprocess(*common, "--tkreg-kernel=add_triton").assert_outcomes(passed=6)
+    assert sorted(p.name for p in temp.glob("tkreg-runners-*")) == []
+    failing = pytester.runpytest_subprocess(*common, "--tkreg-kernel=add_triton,add_fault_kill")
+    failing.assert_outcomes(passed=6, failed=1)
+    kept = sorted(temp.glob("tkreg-runners-*"))
+    assert len(kept) == 1 and any(kept[0].glob("runner-*.log"))
+    failing.stdout.fnmatch_lines([f"runner logs of this run (kept because items failed): {kept[0]}"])

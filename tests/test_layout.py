@@ -87,7 +87,8 @@ def test_old_paths_work_in_a_fresh_process_as_a_plugin_uses_them() -> None:
         "from tkreg.inputs import fail_if\n"
         "from tkreg import capability\n"
         "from tkreg.refs import resolve\n"
-        "assert resolve('tkreg.inputs:tma_inputs_reasons') is __import__('tkreg.launch.inputs', fromlist=['x']).tma_inputs_reasons\n"
+        "import tkreg.launch.inputs as new\n"
+        "assert resolve('tkreg.inputs:tma_inputs_reasons') is new.tma_inputs_reasons\n"
         "assert capability is sys.modules['tkreg.core.capability']\n"
         "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
     )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -187,7 +188,7 @@ class RunnerPool:
         self._dying: list[Runner] = []
         self._startup_failures: dict[Flavor, int] = {}
         self._broken: dict[Flavor, str] = {}
-        self._log_dir = settings.log_dir or tempfile.mkdtemp(prefix="tkreg-runners-")
+        self.log_dir = settings.log_dir or tempfile.mkdtemp(prefix="tkreg-runners-")
         self._spawned = 0
         self._compiling: dict[str, Task] = {}  # variant -> its first job, running
         self._settled: set[str] = set()  # variants a job has finished
@@ -265,7 +266,7 @@ class RunnerPool:
             self._send(slot)
             return
         self._spawned += 1
-        log = os.path.join(self._log_dir, f"runner-{self._spawned}.log")
+        log = os.path.join(self.log_dir, f"runner-{self._spawned}.log")
         settings = {"plugin_files": self.settings.plugin_files, "gpu": slot.flavor.gpu is not None, **self.settings.extra}
         spawn = self.settings.spawn or RunnerProcess
         slot.runner = spawn(slot.flavor, settings, log)
@@ -405,9 +406,10 @@ class RunnerPool:
         total = self.done_count + len(self._tasks)
         self.settings.on_progress(f"tkreg: {self.done_count} of {total} jobs done; running: {shown or 'nothing'}{more}")
 
-    def close(self) -> None:
+    def close(self, keep_logs: bool = False) -> None:
         """End every runner: idle ones get end-of-input, busy ones are killed. Does not wait
-        longer than CLOSE_GRACE_S in all."""
+        longer than CLOSE_GRACE_S in all. Then deletes the runners' logs, unless ``keep_logs``
+        (an item failed: its log tells why) or the caller chose the directory."""
         deadline = time.monotonic() + CLOSE_GRACE_S
         for slot in self.slots:
             if slot.runner is None:
@@ -423,3 +425,5 @@ class RunnerPool:
             runner.kill()
             runner.reap()
         self._dying = []
+        if not keep_logs and self.settings.log_dir is None:
+            shutil.rmtree(self.log_dir, ignore_errors=True)

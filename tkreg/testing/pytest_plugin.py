@@ -348,6 +348,10 @@ class OutcomeCounter:
     def __init__(self) -> None:
         self.counts: Counter = Counter()
 
+    @property
+    def failed(self) -> int:
+        return sum(n for (_, outcome), n in self.counts.items() if outcome == "failed")
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if "tkreg" not in report.keywords or not (report.when == "call" or report.outcome != "passed"):
             return
@@ -379,6 +383,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("-", "tkreg summary")
     terminalreporter.write_line("; ".join(parts) if parts else "tkreg: no items ran")
     state = config.stash.get(session_key, None)
+    if state is not None and state.runner_logs and config.stash[counter_key].failed:
+        terminalreporter.write_line(f"runner logs of this run (kept because items failed): {state.runner_logs}")
     if state is not None and state.durations:
         slowest = sorted(state.durations, reverse=True)[:SLOWEST_SHOWN]
         terminalreporter.write_line(f"slowest jobs ({len(state.durations)} ran in runner processes):")
@@ -404,4 +410,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(session_key, None)
     if state is not None:
-        state.close()
+        counter = config.stash.get(counter_key, None)
+        state.close(keep_logs=counter is not None and counter.failed > 0)

@@ -143,9 +143,14 @@ class Session:
         device = self.bench_gpu(spec) if spec.kind in ("bench", "peer") else None
         return self.pool().result(job, device)
 
-    def close(self) -> None:
+    @property
+    def runner_logs(self) -> str | None:
+        """Where the runners of this session write their logs (None: no runner started)."""
+        return self._pool.log_dir if self._pool is not None else None
+
+    def close(self, keep_logs: bool = False) -> None:
         if self._pool is not None:
-            self._pool.close()
+            self._pool.close(keep_logs)
 
 
 def skip_reason(session: Session, spec: ItemSpec) -> str | None:

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import compat
+from .core import contracts
 from .core.capability import Capability
 from .core.errors import InputError, RegistrationError, RequirementError, SpecError, TkregError, UnknownNameError
 from .core.hookspecs import hookimpl
+from .core.interface import Output, Param, Writes
 from .core.platform import Platform
 from .core.registry import Registry, Verdict
 from .core.specs import CompileTarget, Cost, Kernel, Op, Requirements, Scheduler, Tolerance, case
@@ -27,6 +29,8 @@ __all__ = [
     "InputError",
     "Kernel",
     "Op",
+    "Output",
+    "Param",
     "Platform",
     "RegistrationError",
     "Registry",
@@ -38,7 +42,9 @@ __all__ = [
     "Tolerance",
     "UnknownNameError",
     "Verdict",
+    "Writes",
     "case",
+    "contracts",
     "default_registry",
     "explain",
     "hookimpl",

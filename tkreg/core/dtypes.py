@@ -38,6 +38,11 @@ ITEMSIZE: dict[str, int] = {
 }
 
 KNOWN = tuple(SHORT_NAMES)
+FLOATING = frozenset(("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"))
+
+
+def is_floating(name: str) -> bool:
+    return name in FLOATING
 
 
 def short(name: str) -> str:

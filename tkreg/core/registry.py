@@ -143,15 +143,37 @@ class Registry:
                 f"kernel {kernel.name!r}: field 'requires.dtypes': {', '.join(extra)} "
                 f"not among op {op.name!r}'s dtypes ({', '.join(op.dtypes)})"
             )
+        if kernel.backward and not op.grads:
+            raise RegistrationError(
+                f"kernel {kernel.name!r} is a backward kernel, but op {op.name!r} declares no gradients (grads=...)"
+            )
+        unknown = [w.input for w in kernel.writes if w.input not in op.inputs]
+        if unknown:
+            raise RegistrationError(
+                f"kernel {kernel.name!r}: field 'writes': {', '.join(unknown)} not among op {op.name!r}'s "
+                f"declared inputs ({', '.join(op.inputs) or 'none declared: give the op inputs=...'})"
+            )
+        params = {p.name for p in op.params}
+        for config in (*kernel.configs, *(kernel.bench_configs or ()), *(kernel.compile_configs or ())):
+            clash = sorted(params & set(config))
+            if clash:
+                raise RegistrationError(
+                    f"kernel {kernel.name!r}: config keys {', '.join(clash)} are parameters of op {op.name!r}; "
+                    "configs hold the kernel's own tuning knobs"
+                )
 
     # -- reading ----------------------------------------------------------------------------
     def ops(self) -> list[Op]:
         return [self._ops[n] for n in sorted(self._ops)]
 
-    def kernels(self, op: str | None = None) -> list[Kernel]:
+    def kernels(self, op: str | None = None, direction: str | None = None) -> list[Kernel]:
+        """Kernels (of ``op``; of one direction, "forward" or "backward"), by name."""
         if op is not None:
             self.op(op)
-        return [k for _, k in sorted(self._kernels.items()) if op is None or k.op == op]
+        return [
+            k for _, k in sorted(self._kernels.items())
+            if (op is None or k.op == op) and (direction is None or k.direction == direction)
+        ]
 
     def schedulers(self) -> list[Scheduler]:
         return [self._schedulers[n] for n in sorted(self._schedulers)]
@@ -208,38 +230,44 @@ class Registry:
         op: str,
         capability: str | caps.Capability | Platform | None = None,
         inputs: Sequence[Any] | None = None,
+        direction: str = "forward",
     ) -> list[Verdict]:
         """Every kernel of ``op``: those that run first (best first), then the rejected, each
         with its reasons. ``capability`` None means this machine's device, and then the inputs
         must also live where it runs; a given capability is a hypothetical device, so only the
-        inputs' dtypes, shapes, strides and alignment are judged."""
-        return list(self.ranking(op, capability, inputs).verdicts)
+        inputs' dtypes, shapes, strides and alignment are judged. ``direction`` "backward" asks
+        about the op's backward kernels, whose inputs are (*inputs, *outputs, *grad_outputs)."""
+        return list(self.ranking(op, capability, inputs, direction).verdicts)
 
     def lookup(
         self,
         op: str,
         capability: str | caps.Capability | Platform | None = None,
         inputs: Sequence[Any] | None = None,
+        direction: str = "forward",
     ) -> list[Kernel]:
         """Kernels of ``op`` that can run there (and take ``inputs``), best first."""
-        return list(self.ranking(op, capability, inputs).runnable)
+        return list(self.ranking(op, capability, inputs, direction).runnable)
 
     def ranking(
         self,
         op: str,
         capability: str | caps.Capability | Platform | None = None,
         inputs: Sequence[Any] | None = None,
+        direction: str = "forward",
     ) -> Ranking:
         """The answer behind :meth:`explain` and :meth:`lookup`, with the peer's standing;
         cached per (op, platform, input signature)."""
         platform = platform_for(capability)
         signature = () if inputs is None else inputs_key(inputs)
-        key = None if signature is None else (op, platform, capability is None, signature)
+        if direction not in ("forward", "backward"):
+            raise ValueError(f"direction must be 'forward' or 'backward', got {direction!r}")
+        key = None if signature is None else (op, platform, capability is None, signature, direction)
         if key is not None:
             cached = self._rankings.get(key)
             if cached is not None:
                 return cached
-        result = self._rank(op, platform, capability is None, inputs)
+        result = self._rank(op, platform, capability is None, inputs, direction)
         if key is not None:
             if len(self._rankings) >= RANKING_CACHE_SIZE:
                 self._rankings.clear()
@@ -265,12 +293,12 @@ class Registry:
         """Drop cached answers (a ranker's data changed)."""
         self._rankings.clear()
 
-    def _rank(self, op: str, platform: Platform, here: bool, inputs: Sequence[Any] | None) -> Ranking:
+    def _rank(self, op: str, platform: Platform, here: bool, inputs: Sequence[Any] | None, direction: str) -> Ranking:
         op_spec = self.op(op)
-        verdicts = [self._judge(k, platform, inputs, here) for k in self.kernels(op)]
+        verdicts = [self._judge(k, platform, inputs, here) for k in self.kernels(op, direction)]
         runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
         rejected = tuple(v for v in verdicts if not v.runs)
-        if inputs is not None and runnable:
+        if inputs is not None and runnable and direction == "forward":
             for ranker in self._rankers:
                 ranked = ranker(self, op_spec, platform, runnable, inputs)
                 if ranked is not None:
@@ -292,9 +320,14 @@ class Registry:
         reasons = []
         accepted = self.kernel_dtypes(kernel)
         want_device = "cuda" if platform.is_gpu else "cpu"
+        # The kernel's dtypes are the op's dtype axis. Where the op names its inputs, they bind its
+        # floating inputs only: integer inputs (targets, indices) and, for a backward kernel, the
+        # outputs and gradients that follow the inputs have the dtypes the op gives them.
+        declared = self.op(kernel.op).inputs
         for i, t in enumerate(inputs):
             dtype = dtypes.name_of(getattr(t, "dtype", "?"))
-            if dtype not in accepted:
+            bound = not declared or (i < len(declared) and (dtypes.is_floating(dtype) or dtype == "?"))
+            if bound and dtype not in accepted:
                 reasons.append(f"input {i} is {dtype}; {kernel.name} takes {', '.join(accepted)}")
             device = getattr(getattr(t, "device", None), "type", None)
             if here and device is not None and device != want_device:

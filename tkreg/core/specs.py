@@ -11,16 +11,17 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from . import capability as caps
 from . import dtypes, refs
+from .contracts import Contract, plain
 from .errors import SpecError
+from .interface import DEFAULT_OUTPUTS, Output, Param, ParamValue, Writes, check_identifier
 from .refs import Ref
 
-ParamValue = Union[int, str, bool, float]
 Config = Mapping[str, ParamValue]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
@@ -131,13 +132,29 @@ def case(sets: tuple[str, ...] = ("default", "full"), variant: str = "", **dims:
 class Op:
     """The contract every kernel of one computation shares.
 
-    reference(*inputs) -> tensor runs on float64 CPU copies of the inputs.
-    make_inputs(case, dtype, generator, device) -> tuple of input tensors (fresh random data).
-    make_output(*inputs) -> the empty output a kernel writes into.
-    cost(dims, itemsize) -> Cost, for throughput figures; ``bound`` says which ceiling it meets.
-    peer(*inputs, out) is the library implementation benchmarks compare with.
+    reference(*inputs, **params) -> the output, or a tuple with one tensor per declared output;
+    it runs on copies of the inputs with the floating ones in float64 (integer and bool inputs
+    stay as they are).
+    make_inputs(case, dtype, generator, device) -> tuple of input tensors (fresh random data);
+    it also receives the params it names as keywords.
+    make_output(*inputs) -> the empty output a kernel writes into, or a tuple with one per
+    declared output (also receiving the params it names).
+    cost(dims, itemsize) -> Cost, for throughput figures; ``bound`` says which ceiling it meets;
+    ``backward_cost`` the same for the backward (the gradients' bytes and FLOPs).
+    peer(*inputs, out=..., **params) is the library implementation benchmarks compare with; with
+    ``out=None`` it returns new outputs, which is how gradients flow through it.
     tolerance_scale(dims) -> float multiplies the table's atol (e.g. sqrt(K) for a matmul).
     bench_dtypes: the dtypes benchmarks cover (default: all of ``dtypes``).
+
+    The interface beyond float tensors in and one out:
+    ``inputs`` names the input tensors (default: the reference's positional parameters);
+    ``params`` the scalar parameters (:class:`Param`); ``outputs`` the outputs
+    (:class:`Output`, default one named "out"); ``grads`` the inputs that have gradients, which
+    backward kernels (``Kernel(backward=True)``) compute and tests check against float64 autograd
+    of the reference, with ``grad_tolerances`` (default: the op's table). ``backward(inputs,
+    outputs, grad_outputs, **params)`` is an optional formula in torch operations that tkreg.ops
+    uses when no backward kernel takes a call. ``contract`` says how callers' tensors of any
+    rank map onto kernel inputs (:mod:`tkreg.core.interface`).
     """
 
     name: str
@@ -154,14 +171,23 @@ class Op:
     tolerance_scale: Ref | None = None
     bench_dtypes: tuple[str, ...] = ()
     description: str = ""
+    inputs: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
+    outputs: tuple[Output, ...] = DEFAULT_OUTPUTS
+    grads: tuple[str, ...] = ()
+    grad_tolerances: Mapping[str, Tolerance] | None = None
+    backward: Ref | None = None
+    backward_cost: Ref | None = None
+    contract: Contract = field(default_factory=plain)
 
     def __post_init__(self) -> None:
         kind = "op"
         _check_name(kind, self.name)
         for f in ("reference", "make_inputs", "make_output", "cost"):
             _check_ref(kind, self.name, f, getattr(self, f))
-        for f in ("peer", "tolerance_scale"):
+        for f in ("peer", "tolerance_scale", "backward", "backward_cost"):
             _check_ref(kind, self.name, f, getattr(self, f), optional=True)
+        self._check_interface()
         object.__setattr__(self, "dtypes", _check_dtypes(kind, self.name, "dtypes", self.dtypes, allow_empty=False))
         bench = _check_dtypes(kind, self.name, "bench_dtypes", self.bench_dtypes, allow_empty=True)
         if not set(bench) <= set(self.dtypes):
@@ -190,20 +216,127 @@ class Op:
         if self.peer is not None and not self.peer_name:
             object.__setattr__(self, "peer_name", refs.describe(self.peer).rpartition(":")[2])
 
+    def _check_interface(self) -> None:
+        kind, name = "op", self.name
+        for f in ("inputs", "params", "outputs", "grads"):
+            value = getattr(self, f)
+            if isinstance(value, (str, Param, Output)) or not isinstance(value, (tuple, list)):
+                raise SpecError(kind, name, f, f"must be a tuple, got {value!r}")
+            object.__setattr__(self, f, tuple(value))
+        for n in self.inputs:
+            check_identifier(kind, name, "inputs", n)
+        _no_duplicates(kind, name, "inputs", self.inputs)
+        for p in self.params:
+            if not isinstance(p, Param):
+                raise SpecError(kind, name, "params", f"must hold Param objects, got {p!r}")
+        taken = {*self.inputs, "out"}
+        _no_duplicates(kind, name, "params", [p.name for p in self.params])
+        clash = sorted(taken & {p.name for p in self.params})
+        if clash:
+            raise SpecError(kind, name, "params", f"{', '.join(clash)} already name an input (or out=)")
+        if not self.outputs:
+            raise SpecError(kind, name, "outputs", "an op has at least one output")
+        for o in self.outputs:
+            if not isinstance(o, Output):
+                raise SpecError(kind, name, "outputs", f"must hold Output objects, got {o!r}")
+            if o.tolerances is not None:
+                _check_tolerance_table(kind, name, f"outputs[{o.name}].tolerances", o.tolerances, self.dtypes)
+        _no_duplicates(kind, name, "outputs", [o.name for o in self.outputs])
+        if not any(o.returned for o in self.outputs):
+            raise SpecError(kind, name, "outputs", "at least one output must be returned")
+        if self.grads:
+            if not self.inputs:
+                raise SpecError(kind, name, "grads", "name the op's inputs (inputs=...) to say which have gradients")
+            unknown = [g for g in self.grads if g not in self.inputs]
+            if unknown:
+                raise SpecError(kind, name, "grads", f"{', '.join(unknown)} not among inputs ({', '.join(self.inputs)})")
+            _no_duplicates(kind, name, "grads", self.grads)
+            if not any(o.differentiable for o in self.outputs):
+                raise SpecError(kind, name, "grads", "no output is differentiable, so no gradient can flow back")
+        if self.grad_tolerances is not None:
+            _check_tolerance_table(kind, name, "grad_tolerances", self.grad_tolerances, self.dtypes)
+        if not isinstance(self.contract, Contract):
+            raise SpecError(kind, name, "contract", f"must be a Contract (see tkreg.contracts), got {self.contract!r}")
+
     def __repr__(self) -> str:
         return f"Op({self.name!r}, dtypes={self.dtypes!r}, cases={len(self.cases)})"
 
     def cases_in(self, *case_sets: str) -> tuple[Case, ...]:
         return tuple(c for c in self.cases if any(s in c.sets for s in case_sets))
 
-    def tolerance(self, dtype: str, case: Case) -> Tolerance:
-        tol = self.tolerances[dtype]
+    def tolerance(self, dtype: str, case: Case, output: Output | None = None) -> Tolerance:
+        """The check for one output (default: the first) in cases of ``dtype``."""
+        table = self.tolerances if output is None or output.tolerances is None else output.tolerances
+        return self._scaled(table[dtype], case)  # type: ignore[arg-type]
+
+    def grad_tolerance(self, dtype: str, case: Case) -> Tolerance:
+        return self._scaled((self.grad_tolerances or self.tolerances)[dtype], case)
+
+    def _scaled(self, tol: Tolerance, case: Case) -> Tolerance:
         if self.tolerance_scale is not None:
             tol = tol.scaled(float(refs.resolve(self.tolerance_scale)(case.dims)))
         return tol
 
-    def cost_of(self, case: Case, dtype: str) -> Cost:
-        return refs.resolve(self.cost)(case.dims, dtypes.ITEMSIZE[dtype])
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def defaults(self) -> dict[str, ParamValue]:
+        return {p.name: p.default for p in self.params}
+
+    @property
+    def differentiable(self) -> bool:
+        return bool(self.grads)
+
+    @property
+    def returned(self) -> tuple[Output, ...]:
+        return tuple(o for o in self.outputs if o.returned)
+
+    def input_names(self) -> tuple[str, ...] | None:
+        """The inputs' names: declared, else the reference's positional parameters (resolving the
+        reference, which may import torch); None when they cannot be told."""
+        if self.inputs:
+            return self.inputs
+        import inspect
+
+        try:
+            signature = inspect.signature(refs.resolve(self.reference))
+        except (TypeError, ValueError):
+            return None
+        names = []
+        for p in signature.parameters.values():
+            if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) or (p.kind == p.POSITIONAL_OR_KEYWORD and p.name in self.defaults):
+                break
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
+                return None
+            names.append(p.name)
+        return tuple(names) if names and all(n.isidentifier() for n in names) else None
+
+    def cost_of(self, case: Case, dtype: str, backward: bool = False) -> Cost | None:
+        """The case's cost: forward, or backward (None where the op declares no backward cost)."""
+        model = self.backward_cost if backward else self.cost
+        return None if model is None else refs.resolve(model)(case.dims, dtypes.ITEMSIZE[dtype])
+
+
+def _no_duplicates(kind: str, name: str, field_name: str, names: Any) -> None:
+    names = list(names)
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise SpecError(kind, name, field_name, f"duplicate names: {', '.join(dup)}")
+
+
+def _check_tolerance_table(kind: str, name: str, field_name: str, table: object, needed: tuple[str, ...]) -> None:
+    if not isinstance(table, Mapping):
+        raise SpecError(kind, name, field_name, "must map dtype names to Tolerance")
+    missing = [d for d in needed if d not in table]
+    if missing:
+        raise SpecError(kind, name, field_name, f"no tolerance for {', '.join(missing)}")
+    for d, tol in table.items():
+        if not isinstance(tol, Tolerance):
+            raise SpecError(kind, name, field_name, f"{d}: expected Tolerance, got {tol!r}")
 
 
 @dataclass(frozen=True)
@@ -312,7 +445,13 @@ class CompileTarget:
 class Kernel:
     """One implementation of an op.
 
-    launcher(*inputs, out=None, **config) -> out runs it (validating inputs first).
+    launcher(*inputs, out=..., **params, **config) -> out runs it (validating inputs first);
+    ``out`` is the output tensor, or a tuple with one tensor per output where the op has several.
+    A backward kernel (``backward=True``) computes the op's gradients:
+    launcher(*inputs, *outputs, *grad_outputs, out=grads, **params, **config), with one upstream
+    gradient per differentiable output and ``grads`` a tuple holding one tensor per input the op
+    lists in ``grads``. ``writes`` declares inputs the launcher overwrites (:class:`Writes`); any
+    other input it changes fails its tests.
     configs are the parameter combinations tests cover (the first is the default); benchmarks time
     ``bench_configs``, by default ``({},)``: the launcher's own choice, what a user gets.
     ``compile_configs`` (default: ``configs``) are the ones compile items build and check, where
@@ -338,10 +477,17 @@ class Kernel:
     priority: int = 0
     score: Ref | None = None
     description: str = ""
+    backward: bool = False
+    writes: tuple[Writes, ...] = ()
 
     def __post_init__(self) -> None:
         kind = "kernel"
         _check_name(kind, self.name)
+        if not isinstance(self.writes, (tuple, list)) or not all(isinstance(w, Writes) for w in self.writes):
+            raise SpecError(kind, self.name, "writes", f"must be a tuple of Writes, got {self.writes!r}")
+        object.__setattr__(self, "writes", tuple(self.writes))
+        for w in self.writes:
+            w.validate(self.name)
         if not isinstance(self.op, str) or not _NAME.match(self.op):
             raise SpecError(kind, self.name, "op", f"must be an op name, got {self.op!r}")
         _check_ref(kind, self.name, "launcher", self.launcher)
@@ -372,7 +518,11 @@ class Kernel:
             raise SpecError(kind, self.name, "priority", f"must be an integer, got {self.priority!r}")
 
     def __repr__(self) -> str:
-        return f"Kernel({self.name!r}, op={self.op!r})"
+        return f"Kernel({self.name!r}, op={self.op!r}{', backward' if self.backward else ''})"
+
+    @property
+    def direction(self) -> str:
+        return "backward" if self.backward else "forward"
 
     @property
     def default_config(self) -> dict[str, ParamValue]:

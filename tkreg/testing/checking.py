@@ -82,3 +82,69 @@ def compare(out: Any, ref: Any, tol: Tolerance, unwritten: Any = None) -> Compar
         first=first,
         tolerance=tol,
     )
+
+
+def compare_exact(out: Any, ref: Any) -> Comparison:
+    """Bit-for-bit equality, for integer and bool outputs (indices, counts, masks)."""
+    import torch
+
+    got, want = out.detach(), ref.detach().to(out.device, out.dtype)
+    if got.shape != want.shape:
+        raise AssertionError(f"output shape {tuple(got.shape)} differs from the reference's {tuple(want.shape)}")
+    bad = got != want
+    idx = bad.nonzero()[:FIRST_SHOWN]
+    first = tuple((tuple(int(i) for i in row), float(got[tuple(row)]), float(want[tuple(row)])) for row in idx.tolist())
+    diff = (got.to(torch.float64) - want.to(torch.float64)).abs()
+    return Comparison(
+        total=got.numel(),
+        mismatched=int(bad.sum()),
+        unwritten=0,
+        nonfinite=0,
+        max_abs=float(diff.max()) if diff.numel() else 0.0,
+        max_rel=0.0,
+        first=first,
+        tolerance=Tolerance(0.0, 0.0),
+    )
+
+
+_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _bits(t: Any) -> Any:
+    """The tensor's elements as same-size integers, so NaN payloads and -0.0 compare as stored."""
+    import torch
+
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    size = t.element_size()
+    return t if not t.is_floating_point() else t.view(getattr(torch, _BITS[size]))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A copy of one input taken before a kernel ran: its elements and its storage's bytes."""
+
+    name: str
+    values: Any
+    storage: Any
+
+    @classmethod
+    def of(cls, name: str, t: Any) -> Snapshot:
+        return cls(name, t.detach().clone(), _storage_bytes(t).clone())
+
+    def changes(self, t: Any) -> str:
+        """What the kernel changed in this input, in words; empty when nothing."""
+        changed = int((_bits(t.detach()) != _bits(self.values)).sum())
+        outside = int((_storage_bytes(t) != self.storage).sum())
+        if changed:
+            return f"{changed} of {t.numel()} elements of input {self.name!r} changed"
+        if outside:
+            return f"{outside} bytes of input {self.name!r}'s storage outside its elements (padding) changed"
+        return ""
+
+
+def _storage_bytes(t: Any) -> Any:
+    import torch
+
+    whole = torch.empty(0, dtype=torch.uint8, device=t.device)
+    return whole.set_(t.untyped_storage())

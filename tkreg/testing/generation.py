@@ -1,21 +1,29 @@
 """Which items ``pytest --tkreg`` generates for a registry: plain data, no pytest, no torch.
 
 Ids are stable and readable, in pytest's ``path::name`` form:
-``tkreg/<op>::<kernel>[<dtype>-<case>-<config>]`` for correctness,
-``tkreg/<op>::<kernel>[compile-<arch>-<dtype>-<config>]``, ``tkreg/<op>::<kernel>[bench-...]``,
-and ``tkreg/<op>::peer-<name>[bench-...]`` for the library peer a benchmark compares with.
+``tkreg/<op>::<kernel>[<dtype>-<case>-<params>-<config>]`` for correctness (a backward kernel's
+items check its gradients), ``tkreg/<op>::<kernel>[compile-<arch>-<dtype>-<config>]``,
+``tkreg/<op>::<kernel>[bench-...]`` (``bench-bwd-...`` and ``bench-fwdbwd-...`` for a backward
+kernel alone and after its forward), and ``tkreg/<op>::peer-<name>[bench-...]`` for the library
+peer a benchmark compares with. Parameters show as ``name=value``.
+
+Parameters: each value an op's params list for tests is covered once, the others at their
+defaults; ``--tkreg-full`` covers every combination. Benchmarks run the defaults.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import dtypes
+from ..core.interface import format_value
 from ..core.registry import Registry
-from ..core.specs import Case, Kernel, config_id
+from ..core.specs import Case, Kernel, Op, config_id
 
 KINDS = ("correctness", "compile", "bench")  # item kinds, each with its marker tkreg_<kind>
+BENCH_MODES = ("fwd", "bwd", "fwdbwd")  # what a benchmark times: forward, backward, or both in turn
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,9 @@ class ItemSpec:
     case: Case | None = None
     config: dict[str, Any] = field(default_factory=dict)
     arch: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    mode: str = "fwd"  # for benchmarks: one of BENCH_MODES
+    forward: str | None = None  # fwdbwd benchmarks of a backward kernel: the forward kernel before it
 
     @property
     def group(self) -> str:
@@ -59,10 +70,11 @@ class ItemSpec:
         if self.kind == "compile":
             parts += ["compile", self.arch or "?"]
         elif self.kind in ("bench", "peer"):
-            parts.append("bench")
+            parts.append("bench" if self.mode == "fwd" else f"bench-{self.mode}")
         parts.append(dtypes.short(self.dtype))
         if self.case is not None:
             parts.append(self.case.id)
+        parts.extend(f"{k}={format_value(v)}" for k, v in self.params.items())
         if self.config:
             parts.append(config_id(self.config))
         return f"{self.name}[{'-'.join(parts)}]"
@@ -73,17 +85,33 @@ def generate(registry: Registry, selection: Selection) -> list[ItemSpec]:
     case_sets = ("default", "gpu", "full") if selection.full else ("default", "gpu") if selection.gpu else ("default",)
     for op in registry.ops():
         kernels = [k for k in registry.kernels(op.name) if selection.wants(registry, k)]
+        param_sets = parameter_sets(op, selection.full)
         for kernel in kernels:
             kernel_dtypes = registry.kernel_dtypes(kernel)
             for config in registry.configs(kernel):
                 for dtype in kernel_dtypes:
                     for case in op.cases_in(*case_sets):
-                        items.append(ItemSpec("correctness", op.name, kernel.name, dtype, case, config))
+                        for params in param_sets:
+                            items.append(ItemSpec("correctness", op.name, kernel.name, dtype, case, config, params=params))
             compile_configs = registry.configs(kernel, "compile")
             items.extend(_compile_items(kernel, kernel_dtypes, compile_configs, selection.full, op.name))
         if selection.bench:
             items.extend(_bench_items(registry, op.name, kernels))
     return items
+
+
+def parameter_sets(op: Op, full: bool) -> list[dict[str, Any]]:
+    """The parameter values correctness items cover: the defaults, then each other tested value
+    of each parameter with the rest at their defaults; with ``full``, every combination."""
+    if not op.params:
+        return [{}]
+    defaults = op.defaults
+    if full:
+        return [dict(zip(defaults, combo)) for combo in itertools.product(*(p.values for p in op.params))]
+    sets = [defaults]
+    for p in op.params:
+        sets.extend({**defaults, p.name: v} for v in p.values if v != p.default)
+    return sets
 
 
 def _compile_items(
@@ -98,16 +126,39 @@ def _compile_items(
 
 
 def _bench_items(registry: Registry, op_name: str, kernels: list[Kernel]) -> list[ItemSpec]:
+    """Per benchmark case and dtype: the peer and every forward kernel (fwd); for an op with
+    gradients also the peer's backward and every backward kernel, alone (bwd) and after a
+    forward kernel of its own plugin (fwdbwd). Parameters at their defaults."""
     op = registry.op(op_name)
+    params = op.defaults
     items = []
-    bench_cases = op.cases_in("bench")
-    for case in bench_cases:
+    forward = [k for k in kernels if not k.backward]
+    backward = [k for k in kernels if k.backward]
+    modes = ("fwd", "bwd", "fwdbwd") if op.differentiable else ("fwd",)
+    for case in op.cases_in("bench"):
         for dtype in op.bench_dtypes:
-            if op.peer is not None and kernels:
-                items.append(ItemSpec("peer", op.name, f"peer-{op.peer_name}", dtype, case))
-            for kernel in kernels:
-                if dtype not in registry.kernel_dtypes(kernel):
-                    continue
-                for config in registry.configs(kernel, "bench"):
-                    items.append(ItemSpec("bench", op.name, kernel.name, dtype, case, config))
+            for mode in modes:
+                timed = forward if mode == "fwd" else backward
+                runs = [k for k in timed if dtype in registry.kernel_dtypes(k)]
+                if op.peer is not None and runs:
+                    items.append(ItemSpec("peer", op.name, f"peer-{op.peer_name}", dtype, case, params=params, mode=mode))
+                for kernel in runs:
+                    partner = None
+                    if mode == "fwdbwd":
+                        partner = _forward_partner(registry, kernel, forward, dtype)
+                        if partner is None:
+                            continue
+                    for config in registry.configs(kernel, "bench"):
+                        items.append(ItemSpec("bench", op.name, kernel.name, dtype, case, config, params=params, mode=mode,
+                                              forward=partner))
     return items
+
+
+def _forward_partner(registry: Registry, kernel: Kernel, forward: list[Kernel], dtype: str) -> str | None:
+    """The forward kernel a backward kernel is timed after: the first (by name) of its own plugin
+    that takes the dtype."""
+    owner = registry.owner(kernel).name
+    for k in forward:
+        if registry.owner(k).name == owner and dtype in registry.kernel_dtypes(k):
+            return k.name
+    return None

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import statistics
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core import refs
@@ -138,9 +139,10 @@ def _correctness(job: Job, context: Context) -> Outcome:
         seed=job.seed,
         device="cuda" if context.gpu else "cpu",
         deadline_s=job.timeout_s,
+        params=spec.params,
     )
-    if result.comparison is not None and not result.comparison.ok:
-        return Outcome("failed", result.comparison.report(result.context))
+    if not result.ok:
+        return Outcome("failed", result.report())
     return Outcome("passed")
 
 
@@ -161,34 +163,16 @@ def _compile(job: Job, context: Context) -> Outcome:
 
 
 def _bench(job: Job, context: Context) -> Outcome:
-    """Device times of the kernel (or the op's peer) on one benchmark case; the pytest process
-    turns them into throughput and ratios."""
+    """Device times of the kernel (or the op's peer) on one benchmark case, forward, backward or
+    both; the pytest process turns them into throughput and ratios."""
     import torch
 
     from .timing import measure_ceilings
 
     spec = job.spec
-    registry = context.registry
-    op = registry.op(spec.op)
-    assert spec.case is not None
-    inputs = harness.make_inputs(op, spec.case, spec.dtype, job.seed, "cuda")
-    out = harness.poisoned_output(op, inputs)
-    if spec.kind == "peer":
-        peer = refs.resolve(op.peer)
-
-        def call() -> None:
-            peer(*inputs, out=out)
-    else:
-        kernel = registry.kernel(spec.name)
-        rejected = input_constraint_reasons(kernel, inputs, spec.config or None)
-        if rejected:
-            return Outcome("skipped", f"{kernel.name} cannot take these inputs: " + "; ".join(rejected))
-        launcher = kernel.load()
-        params = harness.resolve_config(registry, spec.config)
-
-        def call() -> None:
-            launcher(*inputs, out=out, **params)
-
+    call = bench_call(context.registry, spec, job.seed)
+    if isinstance(call, str):
+        return Outcome("skipped", call)
     timer = context.timer()
     ceilings = job.ceilings or context.ceilings or measure_ceilings(timer)
     context.ceilings = ceilings
@@ -216,3 +200,75 @@ def _bench(job: Job, context: Context) -> Outcome:
     }
     return Outcome("passed", data=data)
 
+
+def bench_call(registry: Registry, spec: ItemSpec, seed: int) -> Callable[[], None] | str:
+    """The call one benchmark times, with its inputs made on the GPU; or why the kernel cannot
+    take them (the item is skipped)."""
+    import torch
+
+    op = registry.op(spec.op)
+    assert spec.case is not None
+    params = {**op.defaults, **spec.params}
+    if spec.mode == "fwd":
+        inputs = harness.make_inputs(op, spec.case, spec.dtype, seed, "cuda", params)
+        out = harness.poisoned_output(op, inputs, params)
+        if spec.kind == "peer":
+            peer = refs.resolve(op.peer)
+            return lambda: peer(*inputs, out=out, **params)
+        return _kernel_call(registry, spec, inputs, out, params)
+    inputs, outputs, grad_outputs, _ = harness.backward_problem(op, spec.case, spec.dtype, seed, "cuda", params,
+                                                                expected=False)
+    if spec.kind == "peer":
+        return _peer_backward(op, inputs, grad_outputs, params, spec.mode == "fwdbwd")
+    grads = tuple(torch.empty_like(inputs[op.inputs.index(g)], memory_format=torch.contiguous_format) for g in op.grads)
+    backward = _kernel_call(registry, spec, (*inputs, *outputs, *grad_outputs), grads, params)
+    if isinstance(backward, str) or spec.mode == "bwd":
+        return backward
+    assert spec.forward is not None
+    fresh = harness.poisoned_output(op, inputs, params)
+    forward = _kernel_call(registry, replace(spec, name=spec.forward, config={}), inputs, fresh, params)
+    if isinstance(forward, str):
+        return forward
+    run_backward = _kernel_call(
+        registry, spec, (*inputs, *harness.as_tuple(fresh), *grad_outputs), grads, params
+    )
+    assert not isinstance(run_backward, str)
+
+    def both() -> None:
+        forward()
+        run_backward()  # type: ignore[operator]
+
+    return both
+
+
+def _kernel_call(registry: Registry, spec: ItemSpec, inputs: tuple[Any, ...], out: Any, params: dict[str, Any]) -> Any:
+    kernel = registry.kernel(spec.name)
+    rejected = input_constraint_reasons(kernel, inputs, spec.config or None)
+    if rejected:
+        return f"{kernel.name} cannot take these inputs: " + "; ".join(rejected)
+    launcher = kernel.load()
+    keywords = {**harness.resolve_config(registry, spec.config), **params}
+    return lambda: launcher(*inputs, out=out, **keywords)
+
+
+def _peer_backward(op: Any, inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...], params: dict[str, Any],
+                   with_forward: bool) -> Callable[[], None]:
+    """The peer's gradients through torch autograd: the backward of a graph built once (bwd), or
+    the forward and backward together (fwdbwd)."""
+    import torch
+
+    peer = refs.resolve(op.peer)
+    leaves = tuple(x.detach().requires_grad_(op.inputs[i] in op.grads) if x.is_floating_point() else x
+                   for i, x in enumerate(inputs))
+    wrt = [leaves[op.inputs.index(g)] for g in op.grads]
+    differentiable = [i for i, o in enumerate(op.outputs) if o.differentiable]
+
+    def forward() -> list[Any]:
+        with torch.enable_grad():
+            outs = harness.as_tuple(peer(*leaves, out=None, **params))
+        return [outs[i] for i in differentiable]
+
+    if with_forward:
+        return lambda: torch.autograd.grad(forward(), wrt, grad_outputs)
+    built = forward()
+    return lambda: torch.autograd.grad(built, wrt, grad_outputs, retain_graph=True)

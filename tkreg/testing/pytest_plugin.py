@@ -278,7 +278,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 item.add_marker(mark)
         if clock is not None:
             # pytest-benchmark reads its timer from this marker: device time, not host time.
-            item.add_marker(pytest.mark.benchmark(timer=clock, group=f"{spec.op} {spec.case.id if spec.case else ''}"))
+            mode = "" if spec.mode == "fwd" else f" {spec.mode}"
+            item.add_marker(pytest.mark.benchmark(timer=clock, group=f"{spec.op} {spec.case.id if spec.case else ''}{mode}"))
         items.append(item)
     for op_group in groups.values():
         # Report each group as collected, so pytest's counts ("collected N items") include them.

@@ -178,7 +178,10 @@ def describe(spec: ItemSpec, seed: int) -> str:
         parts.append(f"case {spec.case.id}")
     if spec.arch:
         parts.append(f"arch {spec.arch}")
-    parts += [f"dtype {spec.dtype}", f"config {spec.config or '{}'}", f"seed {seed}"]
+    parts += [f"dtype {spec.dtype}", f"config {spec.config or '{}'}"]
+    if spec.params:
+        parts.append(f"params {spec.params}")
+    parts.append(f"seed {seed}")
     return ", ".join(parts)
 
 
@@ -231,7 +234,7 @@ def run_bench(session: Session, spec: ItemSpec, benchmark: Any, clock: Any) -> N
     ceilings = data["ceilings"]
     session.ceilings_by_gpu.setdefault(gpu, ceilings)
     info = bench_info(session.registry, spec, data, ceilings, gpu)
-    key = (spec.op, spec.case.id if spec.case else "", spec.dtype, gpu)
+    key = (spec.op, spec.case.id if spec.case else "", spec.dtype, spec.mode, tuple(spec.params.items()), gpu)
     if spec.kind == "peer":
         session.peer_ms[key] = info["median_ms"]
     elif key in session.peer_ms:
@@ -249,7 +252,7 @@ def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceiling
     op = registry.op(spec.op)
     assert spec.case is not None
     median_ms = data["median_ms"]
-    cost = op.cost_of(spec.case, spec.dtype)
+    cost = bench_cost(op, spec)
     info: dict[str, Any] = {
         "device": ceilings.device,
         "gpu": gpu,  # the CUDA_VISIBLE_DEVICES entry of the GPU it ran on
@@ -258,10 +261,12 @@ def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceiling
         "case": spec.case.id,
         "dtype": spec.dtype,
         "config": {k: (v if not hasattr(v, "name") else v.name) for k, v in spec.config.items()},
+        "mode": spec.mode,
+        "params": dict(spec.params),
         "median_ms": median_ms,
         "reps": len(data["times_ms"]),
-        "bytes": cost.bytes,
-        "flops": cost.flops,
+        "bytes": cost.bytes if cost is not None else None,
+        "flops": cost.flops if cost is not None else None,
         "wall_ms": data["wall_ms"],  # per call as a Python caller pays it, launcher included (do_bench's method)
         "timing": data["timing"],
         "host_us": data["host_us"],  # the launcher's Python work per call, outside the device time
@@ -269,6 +274,10 @@ def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceiling
     for why in ("capture_error", "cupti_error"):  # why not a CUDA graph; why the events and not CUPTI
         if data.get(why):
             info[why] = data[why]
+    if spec.forward:
+        info["forward"] = spec.forward
+    if cost is None:  # a backward without a declared cost model: times only
+        return info
     if op.bound == "memory":
         rate = cost.bytes / (median_ms / 1e3)
         info.update(gbps=rate / 1e9, ceiling="device copy (read+write)", ceiling_gbps=ceilings.copy_bytes_per_s / 1e9)
@@ -277,6 +286,19 @@ def bench_info(registry: Registry, spec: ItemSpec, data: dict[str, Any], ceiling
         info.update(tflops=rate / 1e12, ceiling="cuBLAS bf16 8192^3", ceiling_tflops=ceilings.matmul_flops_per_s / 1e12)
     info["fraction_of_ceiling"] = rate / ceilings.for_bound(op.bound)
     return info
+
+
+def bench_cost(op: Any, spec: ItemSpec) -> Any:
+    """What the benchmark's call must move and compute: the forward's cost, the backward's, or
+    their sum; None where a backward cost is needed and the op declares none."""
+    assert spec.case is not None
+    forward = op.cost_of(spec.case, spec.dtype)
+    if spec.mode == "fwd":
+        return forward
+    backward = op.cost_of(spec.case, spec.dtype, backward=True)
+    if backward is None or spec.mode == "bwd":
+        return backward
+    return type(forward)(forward.bytes + backward.bytes, forward.flops + backward.flops)
 
 
 def bench_table(results: list[dict[str, Any]]) -> str:
@@ -288,13 +310,15 @@ def bench_table(results: list[dict[str, Any]]) -> str:
         "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
-        rate = f"{r['gbps']:.0f} GB/s" if "gbps" in r else f"{r['tflops']:.0f} TFLOP/s"
+        rate = f"{r['gbps']:.0f} GB/s" if "gbps" in r else f"{r['tflops']:.0f} TFLOP/s" if "tflops" in r else "-"
+        share = f"{r['fraction_of_ceiling'] * 100:.0f}%" if "fraction_of_ceiling" in r else "-"
         peer = "(peer)" if r["kernel"].startswith("peer-") else "-"
         speed = f"{r['speedup_vs_peer']:.2f}x" if "speedup_vs_peer" in r else peer
         config = ",".join(f"{k}={v}" for k, v in r["config"].items())
-        kernel = f"{r['kernel']} {config}".strip()
+        mode = "" if r.get("mode", "fwd") == "fwd" else f" ({r['mode']})"
+        kernel = f"{r['kernel']}{mode} {config}".strip()
         lines.append(
             f"| {r['op']} | {kernel} | {r['case']} | {dtypes.short(r['dtype'])} | {r['median_ms'] * 1e3:.1f} | {rate} "
-            f"| {r['fraction_of_ceiling'] * 100:.0f}% | {speed} |"
+            f"| {share} | {speed} |"
         )
     return "\n".join(lines)

@@ -129,12 +129,13 @@ DEFAULT_OUTPUTS = (Output("out"),)
 class Writes:
     """An input a kernel overwrites (an in-place op, a fused loss that stores its gradient in the
     logits). ``expect(*inputs, **params)`` runs on float64 copies of the inputs, like the op's
-    reference, and says what the input should hold afterwards (checked with the op's tolerance);
-    without it, ``reason`` says why its content is not checked."""
+    reference, and says what the input should hold afterwards, checked with ``tolerances`` (per
+    case dtype; default: the op's); without it, ``reason`` says why its content is not checked."""
 
     input: str
     expect: Ref | None = None
     reason: str = ""
+    tolerances: Mapping[str, object] | None = None
 
     def validate(self, kernel: str) -> None:
         check_identifier("kernel", kernel, "writes", self.input)

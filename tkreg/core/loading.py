@@ -4,13 +4,17 @@ Plugins come from the ``tkreg`` entry-point group of installed distributions (th
 plugins take too) and, for tests and local work, from objects passed in-process. ``TKREG_PLUGINS``
 limits the entry points loaded: unset means all, empty means none, a comma list means only those.
 A plugin that fails to import, or registers something invalid, is recorded as a problem naming
-the plugin, its distribution and version, and the error; every other plugin still loads.
+the plugin, its distribution and version, and the error; every other plugin still loads. A name in
+``TKREG_PLUGINS`` that no installed distribution provides is not an error here (the registry just
+lacks it); :func:`unknown_selected` finds such names, for the CLI and the pytest plugin to report.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
@@ -48,6 +52,48 @@ def entry_points() -> list[metadata.EntryPoint]:
     return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
+def installed_plugins() -> list[PluginInfo]:
+    """Every plugin in the entry-point group, selected by TKREG_PLUGINS or not (none is imported)."""
+    return [_info(ep) for ep in entry_points()]
+
+
+def unknown_selected(env: Mapping[str, str] | None = None) -> list[str]:
+    """Names in TKREG_PLUGINS that no installed distribution provides (a typo, or a plugin that
+    is not installed), sorted; empty when TKREG_PLUGINS is unset."""
+    allowed = selected_names(env)
+    if not allowed:
+        return []
+    installed = {ep.name for ep in entry_points()}
+    return sorted(allowed - installed)
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name most like ``name`` (difflib's ratio of at least 0.6), or None."""
+    matches = difflib.get_close_matches(name, list(known), n=1)
+    return matches[0] if matches else None
+
+
+def unknown_names_message(kind: str, unknown: Iterable[str], known: Iterable[str], known_as: str = "known") -> str:
+    """``unknown op 'sum_rwo' (did you mean 'sum_row'?); known ops: add, matmul, sum_row``."""
+    known = sorted(known)
+    parts = []
+    for name in unknown:
+        match = closest(name, known)
+        parts.append(f"{name!r}" + (f" (did you mean {match!r}?)" if match else ""))
+    plural = "s" if len(parts) > 1 else ""
+    return f"unknown {kind}{plural} {', '.join(parts)}; {known_as} {kind}s: {', '.join(known) or 'none'}"
+
+
+def unknown_plugins_message(env: Mapping[str, str] | None = None) -> str:
+    """What is wrong with TKREG_PLUGINS, naming the installed plugins; empty when nothing is."""
+    unknown = unknown_selected(env)
+    if not unknown:
+        return ""
+    installed = [p.name for p in installed_plugins()]
+    value = (os.environ if env is None else env).get(ENV_VAR, "")
+    return f"{ENV_VAR}={value!r}: {unknown_names_message('plugin', unknown, installed, known_as='installed')}"
+
+
 def plugins_from_files(files: Iterable[tuple[str, str]]) -> list[tuple[str, Any]]:
     """In-process plugins (conftests implementing tkreg hooks) loaded again from their files, as
     (name, module) pairs for build_registry: how a child process (compile worker, runner) gets the
@@ -60,6 +106,9 @@ def plugins_from_files(files: Iterable[tuple[str, str]]) -> list[tuple[str, Any]
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot import plugin {name} from {path}")
         module = importlib.util.module_from_spec(spec)
+        # Registered before it runs, as an import would: its specs may name their functions by
+        # f"{__name__}:function", which refs.resolve imports by that name.
+        sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         loaded.append((name, module))
     return loaded
@@ -83,8 +132,7 @@ def build_registry(
         for ep in entry_points():
             if allowed is not None and ep.name not in allowed:
                 continue
-            dist = ep.dist
-            info = PluginInfo(ep.name, dist.name if dist else "", dist.version if dist else "")
+            info = _info(ep)
             try:
                 obj = ep.load()
             except Exception as e:  # a broken plugin must not take the others down
@@ -113,6 +161,11 @@ def build_registry(
             except Exception as e:  # report and keep going; what it registered before stays
                 registry.problems.append(PluginProblem(info, f"register {kind}s", _one_line(e)))
     return registry
+
+
+def _info(ep: metadata.EntryPoint) -> PluginInfo:
+    dist = ep.dist
+    return PluginInfo(ep.name, dist.name if dist else "", dist.version if dist else "")
 
 
 def _register_callback(registry: Registry, info: PluginInfo, kind: str) -> Callable[[Any], None]:

@@ -142,7 +142,11 @@ class Op:
     cost(dims, itemsize) -> Cost, for throughput figures; ``bound`` says which ceiling it meets;
     ``backward_cost`` the same for the backward (the gradients' bytes and FLOPs).
     peer(*inputs, out=..., **params) is the library implementation benchmarks compare with; with
-    ``out=None`` it returns new outputs, which is how gradients flow through it.
+    ``out=None`` it returns new outputs, which is how gradients flow through it. A peer fills the
+    outputs the op returns; internal outputs (``Output(returned=False)``) are the kernels' own.
+    ``rivals`` maps names to more implementations benchmarks time beside the peer, called the
+    same way (torch.compile of the same function, another library); speed-ups stay against the
+    peer.
     tolerance_scale(dims) -> float multiplies the table's atol (e.g. sqrt(K) for a matmul).
     bench_dtypes: the dtypes benchmarks cover (default: all of ``dtypes``).
 
@@ -179,6 +183,7 @@ class Op:
     backward: Ref | None = None
     backward_cost: Ref | None = None
     contract: Contract = field(default_factory=plain)
+    rivals: Mapping[str, Ref] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         kind = "op"
@@ -188,6 +193,13 @@ class Op:
         for f in ("peer", "tolerance_scale", "backward", "backward_cost"):
             _check_ref(kind, self.name, f, getattr(self, f), optional=True)
         self._check_interface()
+        if not isinstance(self.rivals, Mapping):
+            raise SpecError(kind, self.name, "rivals", "must map names to implementations")
+        for rival, ref in self.rivals.items():
+            if not isinstance(rival, str) or not rival or rival == self.peer_name:
+                raise SpecError(kind, self.name, "rivals", f"names must be non-empty and differ from the peer's, got {rival!r}")
+            _check_ref(kind, self.name, f"rivals[{rival}]", ref)
+        object.__setattr__(self, "rivals", dict(self.rivals))
         object.__setattr__(self, "dtypes", _check_dtypes(kind, self.name, "dtypes", self.dtypes, allow_empty=False))
         bench = _check_dtypes(kind, self.name, "bench_dtypes", self.bench_dtypes, allow_empty=True)
         if not set(bench) <= set(self.dtypes):
@@ -276,6 +288,12 @@ class Op:
         if self.tolerance_scale is not None:
             tol = tol.scaled(float(refs.resolve(self.tolerance_scale)(case.dims)))
         return tol
+
+    def implementation(self, peer_name: str) -> Ref:
+        """The peer or the rival benchmarks know as ``peer_name``."""
+        if peer_name == self.peer_name and self.peer is not None:
+            return self.peer
+        return self.rivals[peer_name]
 
     def param(self, name: str) -> Param:
         for p in self.params:

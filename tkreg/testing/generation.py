@@ -5,7 +5,7 @@ Ids are stable and readable, in pytest's ``path::name`` form:
 items check its gradients), ``tkreg/<op>::<kernel>[compile-<arch>-<dtype>-<config>]``,
 ``tkreg/<op>::<kernel>[bench-...]`` (``bench-bwd-...`` and ``bench-fwdbwd-...`` for a backward
 kernel alone and after its forward), and ``tkreg/<op>::peer-<name>[bench-...]`` for the library
-peer a benchmark compares with. Parameters show as ``name=value``.
+peer a benchmark compares with (and for each of the op's rivals). Parameters show as ``name=value``.
 
 Parameters: each value an op's params list for tests is covered once, the others at their
 defaults; ``--tkreg-full`` covers every combination. Benchmarks run the defaults.
@@ -141,7 +141,8 @@ def _bench_items(registry: Registry, op_name: str, kernels: list[Kernel]) -> lis
                 timed = forward if mode == "fwd" else backward
                 runs = [k for k in timed if dtype in registry.kernel_dtypes(k)]
                 if op.peer is not None and runs:
-                    items.append(ItemSpec("peer", op.name, f"peer-{op.peer_name}", dtype, case, params=params, mode=mode))
+                    for peer in (op.peer_name, *op.rivals):
+                        items.append(ItemSpec("peer", op.name, f"peer-{peer}", dtype, case, params=params, mode=mode))
                 for kernel in runs:
                     partner = None
                     if mode == "fwdbwd":

@@ -60,7 +60,8 @@ class CheckResult:
         lines = [self.context, *self.problems]
         for label, comparison in self.comparisons.items():
             if not comparison.ok:
-                lines.append(f"{label}: {comparison.report()}" if len(self.comparisons) > 1 else comparison.report())
+                # An op's one unnamed output needs no label; gradients and named outputs do.
+                lines.append(comparison.report() if label == "output 'out'" else f"{label}: {comparison.report()}")
         return "\n".join(lines)
 
 
@@ -204,13 +205,14 @@ def run_check(
     if call.rejected:
         return call.refused(seed)
     call.launch(deadline_s, device, f"{kernel.name}[{dtypes.short(dtype)}-{case.id}]")
-    expected = float64_reference(op, inputs, params)
+    originals = call.originals  # what the inputs held before the launch, whatever the kernel did to them
+    expected = float64_reference(op, originals, params)
     if len(expected) != len(outs):
         raise AssertionError(f"op {op.name}: the reference returned {len(expected)} tensor(s) for {len(outs)} outputs")
     comparisons = {}
     for output, out, ref in zip(op.outputs, outs, expected):
         comparisons[f"output {output.name!r}"] = _compare(out, ref, None if output.exact else op.tolerance(dtype, case, output))
-    return call.result(comparisons, op.inputs, lambda w: _expected_written(op, w, inputs, params, dtype, case), seed)
+    return call.result(comparisons, op.inputs, lambda w: _expected_written(op, w, originals, params, dtype, case), seed)
 
 
 def run_backward_check(
@@ -298,7 +300,7 @@ def _expected_written(op: Op, writes: Writes, inputs: tuple[Any, ...], params: d
     if writes.expect is None:
         return None
     want = refs.resolve(writes.expect)(*_promoted(inputs), **params)
-    return want, op.tolerance(dtype, case)
+    return want, writes.tolerances[dtype] if writes.tolerances is not None else op.tolerance(dtype, case)
 
 
 class _Call:
@@ -324,7 +326,8 @@ class _Call:
 
     def launch(self, deadline_s: float, device: str, what: str) -> None:
         wait(device, deadline_s, "input generation")
-        self.snapshots = [Snapshot.of(str(i), t) for i, t in enumerate(self.inputs) if hasattr(t, "untyped_storage")]
+        self.snapshots = {i: Snapshot.of(str(i), t) for i, t in enumerate(self.inputs) if hasattr(t, "untyped_storage")}
+        self.originals = tuple(self.snapshots[i].values if i in self.snapshots else t for i, t in enumerate(self.inputs))
         result = self.kernel.load()(*self.inputs, out=self.out_arg, **self.params)
         wait(device, deadline_s, what)
         returned = as_tuple(result) if result is not None else self.outs
@@ -337,8 +340,7 @@ class _Call:
         declared one is compared with what its Writes expects, or left unchecked for its reason."""
         declared = {w.input: w for w in self.kernel.writes}
         problems = []
-        for snapshot in self.snapshots:
-            index = int(snapshot.name)
+        for index, snapshot in self.snapshots.items():
             name = names[index] if index < len(names) else f"#{index}"
             tensor = self.inputs[index]
             if name in declared:

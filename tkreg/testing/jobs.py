@@ -213,13 +213,14 @@ def bench_call(registry: Registry, spec: ItemSpec, seed: int) -> Callable[[], No
         inputs = harness.make_inputs(op, spec.case, spec.dtype, seed, "cuda", params)
         out = harness.poisoned_output(op, inputs, params)
         if spec.kind == "peer":
-            peer = refs.resolve(op.peer)
+            peer = refs.resolve(op.implementation(spec.name.removeprefix("peer-")))
             return lambda: peer(*inputs, out=out, **params)
         return _kernel_call(registry, spec, inputs, out, params)
     inputs, outputs, grad_outputs, _ = harness.backward_problem(op, spec.case, spec.dtype, seed, "cuda", params,
                                                                 expected=False)
     if spec.kind == "peer":
-        return _peer_backward(op, inputs, grad_outputs, params, spec.mode == "fwdbwd")
+        peer = refs.resolve(op.implementation(spec.name.removeprefix("peer-")))
+        return _peer_backward(op, peer, inputs, grad_outputs, params, spec.mode == "fwdbwd")
     grads = tuple(torch.empty_like(inputs[op.inputs.index(g)], memory_format=torch.contiguous_format) for g in op.grads)
     backward = _kernel_call(registry, spec, (*inputs, *outputs, *grad_outputs), grads, params)
     if isinstance(backward, str) or spec.mode == "bwd":
@@ -251,13 +252,12 @@ def _kernel_call(registry: Registry, spec: ItemSpec, inputs: tuple[Any, ...], ou
     return lambda: launcher(*inputs, out=out, **keywords)
 
 
-def _peer_backward(op: Any, inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...], params: dict[str, Any],
-                   with_forward: bool) -> Callable[[], None]:
-    """The peer's gradients through torch autograd: the backward of a graph built once (bwd), or
+def _peer_backward(op: Any, peer: Callable[..., Any], inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...],
+                   params: dict[str, Any], with_forward: bool) -> Callable[[], None]:
+    """A peer's gradients through torch autograd: the backward of a graph built once (bwd), or
     the forward and backward together (fwdbwd)."""
     import torch
 
-    peer = refs.resolve(op.peer)
     leaves = tuple(x.detach().requires_grad_(op.inputs[i] in op.grads) if x.is_floating_point() else x
                    for i, x in enumerate(inputs))
     wrt = [leaves[op.inputs.index(g)] for g in op.grads]

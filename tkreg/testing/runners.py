@@ -235,10 +235,10 @@ def run_bench(session: Session, spec: ItemSpec, benchmark: Any, clock: Any) -> N
     session.ceilings_by_gpu.setdefault(gpu, ceilings)
     info = bench_info(session.registry, spec, data, ceilings, gpu)
     key = (spec.op, spec.case.id if spec.case else "", spec.dtype, spec.mode, tuple(spec.params.items()), gpu)
-    if spec.kind == "peer":
+    op = session.registry.op(spec.op)
+    if spec.kind == "peer" and spec.name == f"peer-{op.peer_name}":
         session.peer_ms[key] = info["median_ms"]
     elif key in session.peer_ms:
-        op = session.registry.op(spec.op)
         peer_ms = session.peer_ms[key]
         info.update(peer=op.peer_name, peer_median_ms=peer_ms, speedup_vs_peer=peer_ms / info["median_ms"])
     benchmark.extra_info.update(info)

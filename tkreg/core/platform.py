@@ -106,6 +106,16 @@ def _first_cuda_device() -> tuple[caps.Capability, str] | None:
     return (major.value, minor.value), name.value.decode(errors="replace")
 
 
+@functools.lru_cache(maxsize=1)
+def driver_version() -> str:
+    """The CUDA driver's API version ("12.8"), or "" without a driver; from the driver itself."""
+    cuda = _driver()
+    version = ctypes.c_int()
+    if cuda is None or cuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return ""
+    return f"{version.value // 1000}.{version.value % 1000 // 10}"
+
+
 @functools.cache
 def installed_version(distribution: str) -> str | None:
     """Version of an installed distribution, read from its metadata (no import)."""

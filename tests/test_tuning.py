@@ -1,0 +1,148 @@
+"""The tuning cache and the measured choice, without a GPU: bucket keys, the file per op and
+environment (a version change starts over), concurrent writers, the timing rule on a fake clock,
+and one timing per bucket however many threads ask at once."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+from pathlib import Path
+
+import pytest
+
+from tkreg.ops import tuning
+from tkreg.ops.tuning import PEER, Candidate, Choice, Tuner, TuningCache
+
+ENV = {"device": "Test GPU", "driver": "12.8", "torch": "2.11", "triton": "3.6.0", "tkreg": "0.1.0"}
+
+
+def choice(bucket: str, winner: str = "k1") -> Choice:
+    return Choice(bucket, winner, winner, {}, {winner: 1.0, PEER: 2.0}, "Test GPU", "2026-11-25T00:00:00Z", "4x4")
+
+
+@pytest.mark.parametrize(("n", "bucket"), [(1, 1), (8, 8), (9, 12), (12, 12), (13, 16), (16, 16), (17, 24), (4096, 4096),
+                                           (4097, 6144), (6144, 6144), (6145, 8192), (28672, 32768)])
+def test_sizes_fall_in_two_buckets_per_octave(n: int, bucket: int) -> None:
+    assert tuning.bucket_size(n) == bucket
+
+
+def test_bucket_keys_are_readable_and_skip_empty_qualifiers() -> None:
+    assert tuning.bucket_key({"M": 10, "N": 4096}, "bfloat16", "", "eps=1e-05") == "M<=12,N<=4096|bfloat16|eps=1e-05"
+
+
+def test_a_choice_survives_a_new_cache_object_and_a_version_change_starts_over(tmp_path: Path) -> None:
+    TuningCache(tmp_path, ENV).put("op", choice("b1"))
+    again = TuningCache(tmp_path, ENV).get("op", "b1")
+    assert again is not None and again.winner == "k1" and again.source == "cache"
+    assert TuningCache(tmp_path, {**ENV, "triton": "3.7.0"}).get("op", "b1") is None
+    assert TuningCache(tmp_path, {**ENV, "device": "Other GPU"}).get("op", "b1") is None
+
+
+def test_a_file_from_another_environment_or_a_broken_file_is_ignored(tmp_path: Path) -> None:
+    cache = TuningCache(tmp_path, ENV)
+    cache.put("op", choice("b1"))
+    document = json.loads(cache.path("op").read_text())
+    document["environment"]["torch"] = "2.0"
+    cache.path("op").write_text(json.dumps(document))
+    assert TuningCache(tmp_path, ENV).get("op", "b1") is None
+    cache.path("op").write_text("{ not json")
+    assert TuningCache(tmp_path, ENV).get("op", "b1") is None
+
+
+def _write_buckets(directory: str, first: int, count: int) -> None:
+    cache = TuningCache(Path(directory), ENV)
+    for i in range(first, first + count):
+        cache.put("op", choice(f"b{i}"))
+
+
+def test_concurrent_writers_keep_every_choice(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_write_buckets, args=(str(tmp_path), 100 * w, 20)) for w in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    cache = TuningCache(tmp_path, ENV)
+    assert all(cache.get("op", f"b{100 * w + i}") is not None for w in range(4) for i in range(20))
+    assert not list(cache.folder.glob("*.tmp"))  # no half-written file left behind
+
+
+class FakeClock:
+    """ms per call of each candidate, by identity of the call."""
+
+    def __init__(self, per_call_ms: dict[object, float]) -> None:
+        self.per_call_ms = per_call_ms
+        self.calls = 0
+
+    def __call__(self, call: object, n: int) -> float:
+        self.calls += 1
+        return self.per_call_ms[call] * n
+
+
+def test_the_fastest_candidate_wins_and_a_kernel_wins_a_tie_with_the_peer() -> None:
+    def fast() -> None: ...
+    def slow() -> None: ...
+    def peer() -> None: ...
+
+    times = tuning.measure({"fast": fast, "slow": slow, PEER: peer}, 10, FakeClock({fast: 0.010, slow: 0.020, peer: 0.0101}))
+    assert times == {"fast": pytest.approx(10.0), "slow": pytest.approx(20.0), PEER: pytest.approx(10.1)}
+    assert tuning.fastest(times) == "fast"
+    assert tuning.fastest({"k": 10.05, PEER: 10.0}) == "k"  # within 1%: the kernel
+    assert tuning.fastest({"k": 11.0, PEER: 10.0}) == PEER
+    assert tuning.fastest({"k": "failed: boom"}) is None
+
+
+def test_a_failing_candidate_is_reported_not_raised() -> None:
+    def broken() -> None:
+        raise RuntimeError("no kernel image")
+
+    def fine() -> None: ...
+
+    clock = FakeClock({fine: 0.01})
+
+    def clock_or_fail(call: object, n: int) -> float:
+        if call is broken:
+            broken()
+        return clock(call, n)
+
+    times = tuning.measure({"broken": broken, "fine": fine}, 10, clock_or_fail)
+    assert times["broken"] == "failed: RuntimeError: no kernel image" and isinstance(times["fine"], float)
+
+
+def test_concurrent_first_calls_of_a_bucket_time_it_once(tmp_path: Path) -> None:
+    def k1() -> None: ...
+    def peer() -> None: ...
+
+    clock = FakeClock({k1: 0.01, peer: 0.02})
+    tuner = Tuner("op", TuningCache(tmp_path, ENV))
+    candidates = {Candidate("k1"): k1, Candidate(None): peer}
+    results: list[Choice | None] = []
+    threads = [threading.Thread(target=lambda: results.append(tuner.choose("b", candidates, "4x4", "Test GPU", clock)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {r.winner for r in results if r is not None} == {"k1"} and len(results) == 8
+    timed_once = 2 * 2 + 2 * tuning.ROUNDS  # warm-up and estimate per candidate, then the rounds
+    assert clock.calls == timed_once
+    # a new process (a new tuner over the same folder) times nothing
+    fresh = Tuner("op", TuningCache(tmp_path, ENV))
+    cached = fresh.choose("b", candidates, "4x4", "Test GPU", FakeClock({}))
+    assert cached is not None and cached.source == "cache" and "from the tuning cache" in cached.describe()
+
+
+def test_tuning_can_be_turned_off_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tuning.ENV_TUNE, "0")
+    assert not tuning.enabled()
+    monkeypatch.setenv(tuning.ENV_TUNE, "1")
+    assert tuning.enabled()
+    monkeypatch.setenv(tuning.ENV_BUDGET, "0")
+
+    def a() -> None: ...
+    def b() -> None: ...
+
+    times = tuning.measure({"a": a, "b": b}, tuning.budget_s(), FakeClock({a: 0.01, b: 0.01}))
+    assert "budget" in str(times["b"])  # the budget ran out after the first candidate

@@ -1,0 +1,304 @@
+"""Measured choice: which implementation of an op is fastest for a bucket of input shapes, timed
+on the caller's GPU and kept on disk.
+
+tkreg.ops asks :class:`Tuner` for the choice of a call's bucket. A bucket is the op with its
+kernel inputs' named dims rounded up to two sizes per octave (1..8 exact, then 12, 16, 24, 32,
+48, ...), the dtypes, the layout, the alignment class and the parameters: coarse enough that a
+model's shapes tune in seconds, fine enough that the fastest stays the fastest inside it. The
+first call of a new bucket times every candidate (each kernel that takes the inputs, with each
+config it offers for tuning, and the op's peer) on the caller's own inputs, writing only into
+fresh outputs, and keeps the fastest; the choice is saved under the cache directory, in a file
+per op keyed by the device, the driver and the torch, triton, tkreg and plugin versions, as
+Triton's autotuner keys its cache. A later process with the same key pays nothing.
+
+Timing is what a model pays per call: back-to-back calls between two CUDA events, launch
+included, so a launch-bound call counts its host time. Rounds interleave the candidates, so a
+clock change hits them alike; the median round counts.
+
+Environment: ``TKREG_TUNE=0`` never times (the cache, else the prior: the registry's ranking);
+``TKREG_TUNE_BUDGET_S`` bounds the seconds one bucket may spend (default 10: compiles dominate);
+``TKREG_CACHE_DIR`` moves the cache (default ``$XDG_CACHE_HOME/tkreg`` or ``~/.cache/tkreg``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_TUNE = "TKREG_TUNE"
+ENV_BUDGET = "TKREG_TUNE_BUDGET_S"
+ENV_CACHE = "TKREG_CACHE_DIR"
+DEFAULT_BUDGET_S = 10.0
+PEER = "peer"  # the candidate name of the op's peer
+TARGET_ROUND_MS = 1.0  # device time each candidate spends per round, so short calls repeat enough
+ROUNDS = 5
+MAX_CALLS_PER_ROUND = 200
+FORMAT = 1  # bumped when the file layout changes; older files are ignored
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_TUNE, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def budget_s() -> float:
+    try:
+        return float(os.environ.get(ENV_BUDGET, DEFAULT_BUDGET_S))
+    except ValueError:
+        return DEFAULT_BUDGET_S
+
+
+def cache_dir() -> Path:
+    chosen = os.environ.get(ENV_CACHE)
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tkreg"
+
+
+def bucket_size(n: int) -> int:
+    """The bucket a size falls in: exact up to 8, then the next of 12, 16, 24, 32, 48, 64, ..."""
+    if n <= 8:
+        return n
+    power = 1 << (n - 1).bit_length()
+    three_quarters = power * 3 // 4
+    return three_quarters if n <= three_quarters else power
+
+
+def bucket_key(dims: Mapping[str, int], *qualifiers: str) -> str:
+    """A readable key: "M<=12,N<=4096,K<=4096|bfloat16|a row, b col|aligned|eps=1e-05"."""
+    sizes = ",".join(f"{k}<={bucket_size(v)}" for k, v in dims.items())
+    return "|".join((sizes, *(q for q in qualifiers if q)))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a call: a kernel with a config (or the launcher's own choice, {}), or the peer."""
+
+    kernel: str | None  # None: the peer
+    config: Any = ()  # a mapping, kept as sorted items so candidates can key dicts
+
+    def __post_init__(self) -> None:
+        items = self.config.items() if isinstance(self.config, Mapping) else self.config
+        object.__setattr__(self, "config", tuple(items))
+
+    @property
+    def label(self) -> str:
+        if self.kernel is None:
+            return PEER
+        if not self.config:
+            return self.kernel
+        return self.kernel + "[" + ",".join(f"{k}={v}" for k, v in self.config) + "]"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The outcome of timing one bucket: the winner, every candidate's time per call (us; a
+    string says why a candidate was not timed), where and when, and on which shape."""
+
+    bucket: str
+    winner: str
+    kernel: str | None
+    config: dict[str, Any]
+    times_us: dict[str, float | str]
+    device: str
+    measured_at: str
+    shape: str
+    source: str = "tuning"  # tuning (this process timed it), cache (read from disk), prior
+
+    def describe(self) -> str:
+        timed = sorted(((v, k) for k, v in self.times_us.items() if isinstance(v, float)))
+        listing = ", ".join(f"{k} {v:.1f} us" for v, k in timed)
+        untimed = "; ".join(f"{k}: {v}" for k, v in self.times_us.items() if not isinstance(v, float))
+        where = f"measured on {self.device} at {self.measured_at} on shape {self.shape}"
+        origin = {"cache": "from the tuning cache", "tuning": "timed in this process", "prior": "prior"}[self.source]
+        text = f"{self.winner} fastest for bucket {self.bucket} ({origin}; {where}): {listing}"
+        return f"{text}; not timed: {untimed}" if untimed else text
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("source")
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Choice:
+        return cls(**{**data, "source": "cache"})
+
+
+def environment_digest(environment: Mapping[str, str]) -> str:
+    text = json.dumps(dict(environment), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class TuningCache:
+    """Choices on disk, one JSON file per op under a folder per environment digest. Readers load a
+    file once; writers merge under a file lock and replace the file atomically, so concurrent
+    processes never lose each other's choices or read a half-written file."""
+
+    def __init__(self, directory: Path, environment: Mapping[str, str]) -> None:
+        self.environment = dict(environment)
+        self.folder = Path(directory) / "tuning" / environment_digest(environment)
+        self._loaded: dict[str, dict[str, Choice]] = {}
+        self._lock = threading.Lock()
+
+    def path(self, op: str) -> Path:
+        return self.folder / f"{op}.json"
+
+    def get(self, op: str, bucket: str) -> Choice | None:
+        with self._lock:
+            if op not in self._loaded:
+                self._loaded[op] = self._read(op)
+            return self._loaded[op].get(bucket)
+
+    def put(self, op: str, choice: Choice) -> None:
+        with self._lock:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with _file_lock(self.path(op).with_suffix(".lock")):
+                merged = self._read(op)
+                merged[choice.bucket] = choice
+                document = {
+                    "format": FORMAT,
+                    "environment": self.environment,
+                    "choices": {b: c.to_json() for b, c in sorted(merged.items())},
+                }
+                fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{op}.", suffix=".tmp")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(document, f, indent=1)
+                os.replace(temporary, self.path(op))
+            self._loaded[op] = merged
+
+    def _read(self, op: str) -> dict[str, Choice]:
+        try:
+            document = json.loads(self.path(op).read_text())
+        except (OSError, ValueError):  # none yet, or unreadable: tune again rather than fail a call
+            return {}
+        if document.get("format") != FORMAT or document.get("environment") != self.environment:
+            return {}
+        try:
+            return {b: Choice.from_json(c) for b, c in document.get("choices", {}).items()}
+        except TypeError:
+            return {}
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None) -> dict[str, float | str]:
+    """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
+    (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
+    stream."""
+    clock = clock or _cuda_clock
+    started = time.monotonic()
+    times: dict[str, float | str] = {}
+    plans: dict[str, int] = {}
+    for name, call in calls.items():
+        if time.monotonic() - started > budget:
+            times[name] = f"not timed: the tuning budget of {budget:g} s ran out"
+            continue
+        try:
+            clock(call, 1)  # compiles, loads, plans: not part of any later call
+            single_ms = clock(call, 1)
+        except Exception as e:  # a candidate that fails here is not a candidate
+            times[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            continue
+        plans[name] = max(1, min(MAX_CALLS_PER_ROUND, int(TARGET_ROUND_MS / max(single_ms, 1e-4))))
+    rounds: dict[str, list[float]] = {name: [] for name in plans}
+    for _ in range(ROUNDS):
+        for name, n in plans.items():
+            rounds[name].append(clock(calls[name], n) / n * 1e3)
+    times.update({name: statistics.median(values) for name, values in rounds.items()})
+    return times
+
+
+def _cuda_clock(call: Callable[[], Any], n: int) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(n):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def fastest(times: Mapping[str, float | str]) -> str | None:
+    """The fastest timed candidate; on a tie (within 1%) a kernel beats the peer."""
+    timed = {k: v for k, v in times.items() if isinstance(v, float)}
+    if not timed:
+        return None
+    best = min(timed.values())
+    tied = [k for k, v in timed.items() if v <= best * 1.01]
+    kernels = [k for k in tied if k != PEER]
+    return min(kernels, key=lambda k: timed[k]) if kernels else PEER
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Tuner:
+    """Choices for one op: from this process's memory, the cache, or timing (one bucket at a time
+    per op, so concurrent first calls of a bucket time it once)."""
+
+    def __init__(self, op: str, cache: TuningCache | None) -> None:
+        self.op = op
+        self.cache = cache
+        self._memory: dict[str, Choice] = {}
+        self._lock = threading.Lock()
+
+    def known(self, bucket: str) -> Choice | None:
+        choice = self._memory.get(bucket)
+        if choice is None and self.cache is not None:
+            choice = self.cache.get(self.op, bucket)
+            if choice is not None:
+                self._memory[bucket] = choice
+        return choice
+
+    def choose(self, bucket: str, candidates: Mapping[Candidate, Callable[[], Any]], shape: str, device: str,
+               clock: Any = None) -> Choice | None:
+        """The bucket's choice, timing the candidates if nobody has; None if none could be timed."""
+        choice = self.known(bucket)
+        if choice is not None:
+            return choice
+        with self._lock:
+            choice = self.known(bucket)
+            if choice is not None:
+                return choice
+            by_label = {c.label: c for c in candidates}
+            times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock)
+            winner = fastest(times)
+            if winner is None:
+                return None
+            picked = by_label[winner]
+            choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape)
+            self._memory[bucket] = choice
+            if self.cache is not None:
+                try:
+                    self.cache.put(self.op, choice)
+                except OSError:  # a read-only home: the choice still holds for this process
+                    pass
+            return choice
+
+    def forget(self) -> None:
+        self._memory.clear()

@@ -95,3 +95,11 @@ def test_old_paths_work_in_a_fresh_process_as_a_plugin_uses_them() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_old_module_paths_run_with_python_dash_m(tmp_path: Path) -> None:
+    """``python -m tkreg.record`` (now tkreg.report.record) still runs the record builder."""
+    result = subprocess.run([sys.executable, "-m", "tkreg.record", "--help"], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "usage: python -m tkreg.report.record" in result.stdout

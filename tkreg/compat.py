@@ -44,6 +44,15 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         spec.loader_state = module.__spec__
         return module
 
+    def get_code(self, fullname: str) -> object:
+        """What ``python -m tkreg.<old name>`` runs: the module at its new home, as __main__ (run
+        under its own name, so its relative imports resolve)."""
+        return compile(f"import runpy\nrunpy.run_module({MOVED[fullname]!r}, run_name='__main__', alter_sys=True)\n",
+                       f"<{fullname}, moved to {MOVED[fullname]}>", "exec")
+
+    def is_package(self, fullname: str) -> bool:
+        return False
+
     def exec_module(self, module: ModuleType) -> None:
         # The import system stamped the old name's spec on the module: give it back its own, so
         # reloading and tracebacks keep seeing where the code lives.

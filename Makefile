@@ -20,7 +20,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
+	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=77" wheel
 	$(BIN)/python -m pip install -q -c constraints.txt torch
 	$(BIN)/python -m pip install -q -c constraints.txt --no-build-isolation numpy ruff pytest-xdist -e . $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $@
@@ -32,14 +32,15 @@ $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 # out/bench-<time>.jsonl as it finishes, the whole run's JSON goes to out/bench-<time>.json and
 # its report (plots and report.md) to out/report-<time>/.
 RUN_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
+# Benchmark outputs, asked for only where benchmarks run (a GPU): without one they would stay empty.
+BENCH_OUTPUTS := --tkreg-bench-jsonl=out/bench-$(RUN_STAMP).jsonl --benchmark-json=out/bench-$(RUN_STAMP).json \
+	--tkreg-report=out/report-$(RUN_STAMP)
 run: $(INSTALL)
 	$(BIN)/tkreg doctor
 	$(BIN)/tkreg list
 	mkdir -p out
-	$(BIN)/python -m pytest --tkreg -m tkreg -p no:cacheprovider \
-		$$($(BIN)/python -c "from tkreg.core.platform import current; print('--tkreg-bench' if current().is_gpu else '')") \
-		--tkreg-bench-jsonl=out/bench-$(RUN_STAMP).jsonl --benchmark-json=out/bench-$(RUN_STAMP).json \
-		--tkreg-report=out/report-$(RUN_STAMP) $(ARGS)
+	$(BIN)/python -m pytest --tkreg -m tkreg -p no:cacheprovider $$($(BIN)/python -c "from tkreg.core.platform import current; \
+		print('--tkreg-bench $(BENCH_OUTPUTS)' if current().is_gpu else '')") $(ARGS)
 
 # The test suite: lint, the core and plugin tests, and every generated tkreg item.
 test: $(INSTALL)

@@ -1,4 +1,5 @@
-"""The tkreg command, on plugin distributions installed the way a user installs them."""
+"""The tkreg command, on plugin distributions installed the way a user installs them: what it prints,
+within 100 columns unless --wide, and the exit status a script relies on."""
 
 from __future__ import annotations
 
@@ -43,9 +44,14 @@ def test_an_installed_out_of_tree_plugin_is_listed(site: Path) -> None:
     result = tkreg_cli("list", "--capability", "9.0", env=env_with(site, "toy"))
     assert result.returncode == 0, result.stderr
     assert "platform: capability 9.0" in result.stdout
-    line = next(ln for ln in result.stdout.splitlines() if "toy_negate_hopper" in ln)
+    lines = result.stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "toy_negate_hopper" in ln)
+    assert lines[at].split() == ["toy_negate", "toy_negate_hopper", "toy", "yes"]
+    assert lines[at + 1] == "    requires: sm_90a (9.0)"
+    wide = tkreg_cli("list", "--capability", "9.0", "--wide", env=env_with(site, "toy"))
+    line = next(ln for ln in wide.stdout.splitlines() if "toy_negate_hopper" in ln)
     assert line.split()[:3] == ["toy_negate", "toy_negate_hopper", "toy"]
-    assert line.rstrip().endswith("yes")
+    assert "sm_90a" in line and line.rstrip().endswith("yes")
 
 
 def test_list_says_why_a_kernel_does_not_run(site: Path) -> None:
@@ -61,7 +67,7 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_list(site: Pa
     assert listing.returncode == 0
     assert "toy_negate_hopper" in listing.stdout
     assert "1 plugin problem(s)" in listing.stderr
-    doctor = tkreg_cli("doctor", env=env)
+    doctor = tkreg_cli("doctor", "--wide", env=env)
     assert doctor.returncode == 1
     assert (
         "broken (tkreg-broken-dist 0.0.1): import: ImportError: tkreg_broken_dist needs a library that is not installed"
@@ -98,6 +104,10 @@ def test_unknown_kernel_is_a_clear_error(site: Path) -> None:
     result = tkreg_cli("info", "nope", env=env_with(site, "toy"))
     assert result.returncode == 2
     assert "unknown kernel 'nope'; known kernels: toy_negate_hopper" in result.stderr
+    typo = tkreg_cli("info", "toy_negate_hoper", env=env_with(site, "toy"))
+    assert typo.returncode == 2
+    expected = "unknown kernel 'toy_negate_hoper' (did you mean 'toy_negate_hopper'?); known kernels: toy_negate_hopper"
+    assert typo.stderr == f"tkreg: error: {expected}\n"
 
 
 def test_listing_imports_neither_torch_nor_triton(site: Path) -> None:
@@ -119,3 +129,71 @@ def test_a_reader_that_goes_away_gets_no_traceback() -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_an_unknown_plugin_in_tkreg_plugins_is_named_with_the_installed_ones(site: Path) -> None:
+    """Nothing known: an error (exit 2) before any plugin loads; one typo among known names: a
+    warning naming it and the closest installed plugin, and the rest still list."""
+    nothing = tkreg_cli("list", env=env_with(site, "nonexistent"))
+    assert nothing.returncode == 2, nothing.stdout + nothing.stderr
+    error = " ".join(nothing.stderr.split())  # unwrapped
+    assert "tkreg: error: TKREG_PLUGINS='nonexistent': unknown plugin 'nonexistent'; installed plugins: " in error
+    assert "broken, " in error and "toy" in error and "elementwise" in error
+    assert "no plugin loaded (unset TKREG_PLUGINS to load all)" in error
+    assert nothing.stdout == ""
+    typo = tkreg_cli("list", "--wide", env=env_with(site, "toy,brokn"))
+    assert typo.returncode == 0, typo.stderr
+    assert "tkreg: warning: TKREG_PLUGINS='toy,brokn': unknown plugin 'brokn' (did you mean 'broken'?); installed plugins:" in (
+        typo.stderr
+    )
+    assert "toy_negate_hopper" in typo.stdout
+    info = tkreg_cli("info", "toy_negate_hopper", env=env_with(site, "nonexistent"))
+    assert info.returncode == 2 and "unknown plugin 'nonexistent'" in info.stderr
+
+
+def test_doctor_lists_the_installed_plugins_and_an_unknown_name(site: Path) -> None:
+    result = tkreg_cli("doctor", "--wide", env=env_with(site, "toy,tyo"))
+    assert result.returncode == 1, result.stdout
+    lines = result.stdout.splitlines()
+    assert "  toy (tkreg-toy-dist 1.2.3): 1 kernel(s)" in lines
+    assert "  broken (tkreg-broken-dist 0.0.1): not loaded (TKREG_PLUGINS leaves it out)" in lines
+    assert any(line.startswith("plugins installed (") and line.endswith(", 1 loaded):") for line in lines)
+    assert "plugin problems (1):" in lines
+    assert any("TKREG_PLUGINS='toy,tyo': unknown plugin 'tyo' (did you mean 'toy'?)" in line for line in lines)
+    clean = tkreg_cli("doctor", env=env_with(site, "toy"))
+    assert clean.returncode == 0 and "plugin problems: none" in clean.stdout
+
+
+def test_list_info_and_doctor_fit_100_columns_unless_wide() -> None:
+    """On every installed plugin (the matmul kernels have the longest requirements and configs)."""
+    env = {k: v for k, v in os.environ.items() if k != "TKREG_PLUGINS"}
+    for command in (["list"], ["info", "matmul_hopper_ws"], ["doctor"]):
+        result = tkreg_cli(*command, env=env)
+        assert result.returncode == 0, result.stderr
+        widest = max(len(line) for line in result.stdout.splitlines())
+        assert widest <= 100, (command, widest)
+        full = tkreg_cli(*command, "--wide", env=env)
+        assert full.returncode == 0, full.stderr
+        if command[0] != "doctor":  # doctor's lines are short here; the others are not
+            assert max(len(line) for line in full.stdout.splitlines()) > 100, command
+    listing = tkreg_cli("list", "--wide", "--json", env=env)
+    kernels = len(json.loads(listing.stdout)["kernels"])
+    wide = tkreg_cli("list", "--wide", env=env).stdout.splitlines()
+    assert len(wide) == kernels + 2  # the platform, the header, one line per kernel
+    info = tkreg_cli("info", "matmul_hopper_ws", env=env).stdout
+    assert "\nop cases:\n  default, full: " in info  # a line per case set, not per case
+    assert "\n  sm_90a:\n    ptx: " in info
+
+
+def test_a_bug_exits_3_with_its_traceback_never_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """1 means "a kernel got slower" to a CI gate; a crash must not read as one."""
+    import tkreg.cli
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tkreg.cli, "build_registry", broken)
+    assert tkreg.cli.main(["list"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: a bug" in err
+    assert "tkreg: internal error (a bug, not a result); exit status 3" in err

@@ -112,8 +112,55 @@ def test_a_hung_kernel_fails_its_item_with_a_timeout(toy: pytest.Pytester) -> No
 def test_filters_and_markers_select_items(toy: pytest.Pytester) -> None:
     result = toy.runpytest("--tkreg", "--tkreg-op=toy_scale", "--co", "-q", "-m", "tkreg_compile")
     result.stdout.fnmatch_lines(["tkreg/toy_scale::toy_scale[[]compile-sm_80-*", "*3/* tests collected*"])
-    result = toy.runpytest("--tkreg", "--tkreg-op=nope", "--co", "-q")
-    assert "tkreg/" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("--tkreg-op=toy_scael", "--tkreg-op: unknown op 'toy_scael' (did you mean 'toy_scale'?); known ops: toy_scale"),
+        ("--tkreg-op=nonexistent,toy_scale", "--tkreg-op: unknown op 'nonexistent'; known ops: toy_scale"),
+        ("--tkreg-kernel=toy_scale,toy_nann",
+         "--tkreg-kernel: unknown kernel 'toy_nann' (did you mean 'toy_nan'?); known kernels: toy_claims_but_runs, "
+         "toy_hopper_only, toy_nan, toy_off_by_one, toy_refuses, toy_scale, toy_spin, toy_unwritten_tail, toy_wrong_stride"),
+        ("--tkreg-plugin=nope", "--tkreg-plugin: unknown plugin 'nope'; known plugins: conftest.py"),
+    ],
+)  # fmt: skip
+def test_unknown_names_are_a_usage_error_naming_the_known_ones(toy: pytest.Pytester, option: str, expected: str) -> None:
+    """Not "no items ran" after running every plain test: exit status 4 (pytest's usage error)
+    before any item runs, with the known names and the closest one."""
+    toy.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    result = toy.runpytest("--tkreg", option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: {expected}" in result.stderr.lines
+    assert "passed" not in result.stdout.str() and "tkreg summary" not in result.stdout.str()
+
+
+def test_unknown_names_are_a_usage_error_under_xdist_too(toy: pytest.Pytester) -> None:
+    """pytest-xdist's controller collects nothing: the workers' error ends the run, exit status 4."""
+    result = toy.runpytest_subprocess("--tkreg", "--tkreg-kernel=toy_scal", "-n", "2", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(["ERROR: --tkreg-kernel: unknown kernel 'toy_scal' (did you mean 'toy_scale'?)*"])
+
+
+def test_an_unknown_tkreg_plugins_name_is_named_in_the_summary(toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TKREG_PLUGINS", "elementwsie")
+    result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_scale", "-m", "tkreg_compile")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        ["warning: TKREG_PLUGINS='elementwsie': unknown plugin 'elementwsie' (did you mean 'elementwise'?); installed plugins: *"]
+    )
+
+
+def test_benchmark_outputs_that_nothing_fills_are_named(toy: pytest.Pytester) -> None:
+    """On a CPU (or without --tkreg-bench) no benchmark runs: the summary says the files asked
+    for were not written, instead of leaving them promised."""
+    selection = ("--tkreg", "--tkreg-kernel=toy_scale", "-m", "tkreg_compile", "--tkreg-report=out")
+    result = toy.runpytest(*selection, "--tkreg-bench-md=b.md")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["no benchmarks ran (--tkreg-bench was not given): --tkreg-report, --tkreg-bench-md wrote*"])
+    assert not (toy.path / "out").exists() and not (toy.path / "b.md").exists()
+    bench = toy.runpytest(*selection, "--tkreg-bench")
+    bench.stdout.fnmatch_lines(["no benchmarks ran (benchmarks need a CUDA GPU; this machine has none): --tkreg-report wrote*"])
 
 
 def test_a_broken_plugin_fails_one_item_and_the_rest_still_run(toy: pytest.Pytester) -> None:

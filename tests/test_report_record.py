@@ -1,23 +1,27 @@
-"""The benchmark record is built from stored data: `python -m tkreg.report.record` turns the template's
-directives into tables (and plots), and `--check` fails when BENCHMARKS.md is out of date."""
+"""The benchmark record is built from stored data: `python -m tkreg.report.record` shows the newest
+data of each suite per GPU, `--check` fails when BENCHMARKS.md is out of date, and `--run` shows an
+older run."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tkreg.report import load_run, records
-from tkreg.report.record import build, parse
-from tkreg.report.record_tables import cell, speedup_table
+from tkreg.report import records
+from tkreg.report.record import build, parse, prune_plots
+from tkreg.report.record_tables import cell, host_table, matmul_table, ranking_table, timer_table
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN11 = "benchmarks/data/2026-11-22-run11-bench.json.gz"
-HOPPER_DEFAULT = dict(BLOCK_M="128", BLOCK_N="256", NUM_STAGES="3", CONSUMERS="2", PINGPONG="False", EPILOGUE_SPLIT="1")
+DATA = ROOT / "benchmarks" / "data"
+MAIN = DATA / "2026-11-23-h100-80gb-hbm3-main.json.gz"
+TEMPLATE = ROOT / "benchmarks" / "template.md"
 
 
 def record_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -25,71 +29,200 @@ def record_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
+def main_run(tmp: Path, date: str, device: str, scale: float = 1.0) -> Path:
+    """A main-suite file of ``device`` on ``date``: the stored run, every throughput times ``scale``."""
+    document = json.loads(gzip.decompress(MAIN.read_bytes()))
+    document["meta"] = {**document["meta"], "device": device, "date": f"{date}T12:00:00Z"}
+    for bench in document["benchmarks"]:
+        for key in ("gbps", "tflops"):
+            if key in bench["extra_info"]:
+                bench["extra_info"][key] *= scale
+    return records.write(tmp / records.data_name(date, device, "main", gz=True), document)
+
+
 def test_the_committed_record_is_what_its_template_and_data_build() -> None:
     result = record_cli("--check")
     assert result.returncode == 0, result.stdout + result.stderr
     text = (ROOT / "BENCHMARKS.md").read_text()
     assert "python -m tkreg.report.record" in text.splitlines()[0]  # the command is named in the file
-    for png in ROOT.glob("benchmarks/plots/*.png"):
-        assert png.read_bytes()[:4] == b"\x89PNG"
+    assert len(text.encode()) <= 60_000
+    # a record, not a diary: no run numbers, no issue numbers
+    assert not re.search(r"\brun \d+|\bruns \d+|issues? #\d+|#\d+\b", text, re.IGNORECASE)
+    linked = re.findall(r"\]\((benchmarks/plots/[^)]+\.png)\)", text)
+    assert linked and sorted(linked) == sorted(f"benchmarks/plots/{p.name}" for p in (ROOT / "benchmarks/plots").glob("*.png"))
+    for png in linked:
+        assert (ROOT / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_each_gpu_gets_its_newest_data_and_a_new_gpu_appears_by_itself(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    main_run(data, "2026-11-20", "NVIDIA H100 80GB HBM3", scale=0.5)  # older: not shown
+    main_run(data, "2026-11-23", "NVIDIA H100 80GB HBM3")
+    template = tmp_path / "t.md"
+    block = "{{ per-gpu }}\n{{ device }}\n\n{{ suite main }}\n\n{{ suite timer }}\n{{ end }}\n"
+    template.write_text(f"# r\n\n{{{{ contents }}}}\n\n{block}")
+    text, plots = build(template, tmp_path / "R.md", tmp_path / "plots", write_plots=False, data_dir=data)
+    assert text.count("\n## ") == 1 and "## NVIDIA H100 80GB HBM3" in text
+    assert "2026-11-23-h100-80gb-hbm3-main.json.gz" in text and "2026-11-20" not in text
+    assert "| 32768x32768 | fp32 | 3053 | 3079 (1.008x) |" in text  # the newer run's figures
+    assert "No `timer` data for this GPU" in text and "tkreg bench timer" in text
+    assert {p.name for p in plots} >= {f"2026-11-23-h100-80gb-hbm3-add-{kind}.png" for kind in ("throughput", "vs-peer")}
+    main_run(data, "2026-11-24", "NVIDIA H200")
+    text, _ = build(template, tmp_path / "R.md", tmp_path / "plots", write_plots=False, data_dir=data)
+    assert text.index("## NVIDIA H100 80GB HBM3") < text.index("## NVIDIA H200")
+    assert "- [NVIDIA H200](#nvidia-h200): main 2026-11-24" in text
+
+
+def test_an_op_with_a_suite_of_its_own_is_a_summary_in_the_main_section(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    main_run(data, "2026-11-23", "NVIDIA H100 80GB HBM3")
+    template = tmp_path / "t.md"
+    template.write_text("{{ per-gpu }}\n{{ suite main }}\n{{ end }}\n")
+    alone, _ = build(template, tmp_path / "R.md", None, data_dir=data)
+    assert "| 8192x8192x4096 | bf16 | 662 | 755 (1.140x) |" in alone
+    shutil.copy(DATA / "2026-11-23-h100-80gb-hbm3-matmul.json.gz", data)
+    beside, _ = build(template, tmp_path / "R.md", None, data_dir=data)
+    assert "| 8192x8192x4096 | bf16 |" not in beside and "Per case: the `matmul` suite's table below." in beside
+    assert "Over the peer, geometric mean: matmul_hopper_ws 0.999x (lowest 0.82x, 40 cases)" in beside
+    assert "| 32768x32768 | fp32 | 3053 |" in beside  # the other ops keep their tables
 
 
 def test_check_fails_when_a_stored_figure_changes(tmp_path: Path) -> None:
-    data = tmp_path / "run.json"
-    raw = json.loads(gzip.decompress((ROOT / RUN11).read_bytes()))
-    data.write_text(json.dumps(raw))
+    data = tmp_path / "data"
+    main_run(data, "2026-11-23", "NVIDIA H100 80GB HBM3")
     template = tmp_path / "template.md"
-    template.write_text(f"# r\n\n{{{{ best {data} op=sum_row }}}}\n")
-    out = tmp_path / "RECORD.md"
-    assert record_cli("--template", str(template), "--out", str(out), "--plots", str(tmp_path / "p")).returncode == 0
-    assert record_cli("--template", str(template), "--out", str(out), "--check").returncode == 0
-    for bench in raw["benchmarks"]:
-        if bench["extra_info"]["kernel"] == "sum_row_blocked":
-            bench["extra_info"]["gbps"] *= 1.5
-    data.write_text(json.dumps(raw))
-    stale = record_cli("--template", str(template), "--out", str(out), "--check")
+    template.write_text("# r\n\n{{ per-gpu }}\n{{ suite main }}\n{{ end }}\n")
+    out, plots = tmp_path / "RECORD.md", tmp_path / "p"
+    common = ("--template", str(template), "--out", str(out), "--plots", str(plots), "--data", str(data))
+    assert record_cli(*common).returncode == 0
+    assert record_cli(*common, "--check").returncode == 0
+    main_run(data, "2026-11-23", "NVIDIA H100 80GB HBM3", scale=1.5)
+    stale = record_cli(*common, "--check")
     assert stale.returncode == 1 and "out of date" in stale.stderr
+    assert record_cli(*common).returncode == 0
+    next(plots.glob("*.png")).unlink()  # a plot the record links to is gone
+    missing = record_cli(*common, "--check")
+    assert missing.returncode == 1 and "missing plot" in missing.stdout
 
 
-def test_a_records_envelope_is_rendered_with_its_device_date_and_command(tmp_path: Path) -> None:
-    data = tmp_path / "d"
-    placed = records.save("launch_overhead", [{"kernel": "add_tma", "host_us": 77.04, "ok": True}], data, notes="line one")
-    records.save("isolation", [{"mode": "subprocess", "wall_s": 12.3456}], data, meta={"device": "NVIDIA H100 80GB HBM3"})
+def test_writing_the_record_deletes_the_plots_it_no_longer_references(tmp_path: Path) -> None:
+    data, plots = tmp_path / "data", tmp_path / "plots"
+    plots.mkdir()
+    (plots / "2020-01-01-old-add-throughput.png").write_bytes(b"\x89PNG old")
+    main_run(data, "2026-11-23", "NVIDIA H100 80GB HBM3")
     template = tmp_path / "t.md"
-    template.write_text(f"## Host\n\n{{{{ record {placed} }}}}\n\n## Rest\n\n{{{{ records {tmp_path / 'd'} }}}}\n")
-    text = build(template, tmp_path / "OUT.md", tmp_path / "plots")
-    host, rest = text.split("## Rest")
-    assert "*launch_overhead*:" in host and "command: `" in host and "date: " in host
-    assert "| kernel | host_us | ok |" in host and "| add_tma | 77.04 | yes |" in host and "> line one" in host
-    # the directory listing leaves out what a record line placed, and renders the rest
-    assert "launch_overhead" not in rest
-    assert "### isolation" in rest and "device: NVIDIA H100 80GB HBM3" in rest and "| subprocess | 12.35 |" in rest
+    template.write_text("{{ per-gpu }}\n{{ suite main }}\n{{ end }}\n")
+    _, made = build(template, tmp_path / "R.md", plots, write_plots=False, data_dir=data)
+    for png in made:
+        png.write_bytes(b"\x89PNG")
+    assert [p.name for p in prune_plots(plots, made)] == ["2020-01-01-old-add-throughput.png"]
+    assert sorted(plots.glob("*.png")) == sorted(made)
+
+
+def test_run_shows_an_older_date_or_one_file(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    main_run(data, "2026-11-20", "NVIDIA H100 80GB HBM3", scale=0.5)
+    main_run(data, "2026-11-23", "NVIDIA H100 80GB HBM3")
+    common = ("--template", str(TEMPLATE), "--data", str(data))
+    older = record_cli(*common, "--run", "2026-11-20")
+    assert older.returncode == 0, older.stderr
+    assert "2026-11-20-h100-80gb-hbm3-main.json.gz" in older.stdout and "2026-11-23" not in older.stdout
+    assert "| 32768x32768 | fp32 | 1527 |" in older.stdout  # half the stored figures
+    assert "![" not in older.stdout  # plots only where --plots names a folder
+    one = record_cli(*common, "--run", str(DATA / "2026-11-23-h100-80gb-hbm3-timer.json"), "--out", str(tmp_path / "t.md"))
+    assert one.returncode == 0, one.stderr
+    shown = (tmp_path / "t.md").read_text()
+    assert shown.startswith("# timer: NVIDIA H100 80GB HBM3, 2026-11-23") and "| cuBLAS bf16 8192x8192x4096 | compute |" in shown
+    unknown = record_cli(*common, "--run", "2019-01-01")
+    assert unknown.returncode == 2 and "dates there: 2026-11-20, 2026-11-23" in unknown.stderr
 
 
 def test_directive_errors_name_the_template_line(tmp_path: Path) -> None:
     template = tmp_path / "t.md"
-    template.write_text(f"text\n{{{{ table {ROOT / RUN11} op=nope }}}}\n")
+    template.write_text(f"text\n{{{{ table {MAIN} op=nope }}}}\n")
     with pytest.raises(ValueError, match=r"t\.md:2: .*no results for op 'nope' \(it has add, matmul, sum_row\)"):
-        build(template, tmp_path / "o.md", tmp_path)
-    template.write_text(f"{{{{ frobnicate {ROOT / RUN11} }}}}\n")
+        build(template, tmp_path / "o.md", tmp_path, data_dir=tmp_path)
+    template.write_text(f"{{{{ frobnicate {MAIN} }}}}\n")
     with pytest.raises(ValueError, match="unknown directive 'frobnicate'"):
-        build(template, tmp_path / "o.md", tmp_path)
-    template.write_text(f"{{{{ speedups {ROOT / RUN11} op=matmul }}}}\n")
-    with pytest.raises(ValueError, match="needs kernel="):
-        build(template, tmp_path / "o.md", tmp_path)
+        build(template, tmp_path / "o.md", tmp_path, data_dir=tmp_path)
+    template.write_text(f"{{{{ best {MAIN} }}}}\n")
+    with pytest.raises(ValueError, match="needs op="):
+        build(template, tmp_path / "o.md", tmp_path, data_dir=tmp_path)
+    template.write_text("{{ suite timer }}\n")
+    with pytest.raises(ValueError, match=r"t\.md:1: directive suite belongs between \{\{ per-gpu \}\}"):
+        build(template, tmp_path / "o.md", tmp_path, data_dir=tmp_path)
+    template.write_text("{{ per-gpu }}\n{{ device }}\n")
+    with pytest.raises(ValueError, match="without"):
+        build(template, tmp_path / "o.md", tmp_path, data_dir=tmp_path)
     assert parse("a line with {{ braces }} inside") is None
+    assert parse("{{ suite timer }}") == ("suite", ["timer"])
 
 
-def test_speedups_keep_only_the_named_config_and_summarise_per_variant() -> None:
-    results = load_run(ROOT / RUN11).of_op("matmul")
-    text = speedup_table(results, "matmul_hopper_ws", "scheduler", HOPPER_DEFAULT)
-    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()[2:]}
-    assert set(rows) == {(d, s) for d in ("bf16", "fp16") for s in ("grouped-1", "grouped-8", "persistent")}
-    assert rows[("bf16", "persistent")].rstrip().endswith("| 1.003 | 0.97 |")
-    assert "8192x8192x16384" in text.splitlines()[0]
+def test_a_records_envelope_is_rendered_with_its_device_date_and_command(tmp_path: Path) -> None:
+    placed = records.save("launch_overhead", [{"kernel": "add_tma", "host_us": 77.04, "ok": True}], tmp_path, notes="line one")
+    template = tmp_path / "t.md"
+    template.write_text(f"## Host\n\n{{{{ record {placed} }}}}\n")
+    text, _ = build(template, tmp_path / "OUT.md", tmp_path / "plots", data_dir=tmp_path)
+    assert f"Data: `{placed}`, measured " in text and "by `" in text
+    assert "| kernel | host_us | ok |" in text and "| add_tma | 77.04 | yes |" in text and "> line one" in text
+
+
+def test_suite_tables_read_the_suites_rows() -> None:
+    timer = {"rows": [{"workload": "torch.add 1024x1024 fp32", "bound": "memory", "round": 0, "tkreg_ms": 0.0062,
+                       "cupti_ms": 0.0061, "tkreg_over_cupti": 1.0164, "stream_ms": 0.0078, "do_bench_ms": 0.0099,
+                       "wall_ms": 0.01, "source": "CUPTI"}],
+             "summary": {"verdicts": ["PASS short kernels: tkreg within 5 us of CUPTI (1 workloads)"],
+                         "costs": {"workload": "w", "host_us_before_cupti": 12.0, "host_us_after_cupti": 10.9, "reps": 100,
+                                   "with_cupti_s": 0.041, "without_cupti_s": 0.028, "copy_gbps_eager": 3027.0,
+                                   "copy_gbps_graph": 2288.0}}}  # fmt: skip
+    text = timer_table(timer)
+    assert "| torch.add 1024x1024 fp32 | memory | 0 | 0.0062 | 0.0061 | 1.0164 | 0.0078 | 0.0099 | 0.0100 | CUPTI |" in text
+    assert "- PASS short kernels" in text and "3027 GB/s queued by the caller" in text and "41 ms traced" in text
+    host = {"rows": [{"op": "add", "path": "torch.add (the peer), output given", "shape": "256x256", "dtype": "float32",
+                      "peer": True, "us_per_call": 8.0, "host_us": 6.0},
+                     {"op": "add", "path": "tkreg.ops.add", "shape": "256x256", "dtype": "float32", "peer": False,
+                      "us_per_call": 20.0, "host_us": 19.5}]}  # fmt: skip
+    assert "| add | tkreg.ops.add | 256x256 fp32 | 20.0 | 19.5 | 2.50x |" in host_table(host)
+    figures = [("bfloat16", "cuBLAS", 27.0, 1.0, True), ("bfloat16", "tkreg.ops", 24.5, 0.9, True),
+               ("float16", "cuBLAS", 27.0, 1.0, True), ("float16", "tkreg.ops", 33.0, 1.25, False)]  # fmt: skip
+    matmul = {"rows": [{"M": 16, "N": 4096, "K": 4096, "layout": "nk", "dtype": d, "impl": impl, "ms": 0.01, "tflops": t,
+                        "vs_cublas": v, "ok": ok} for d, impl, t, v, ok in figures]}  # fmt: skip
+    text = matmul_table(matmul)
+    assert "| 16x4096x4096 | nk | 27 / 27 | 0.90 / 1.25! |" in text
+    assert "- tkreg.ops: geometric mean bf16 0.900x (lowest 0.90x, 1 cases); fp16 1.250x" in text
+    ranking = {"rows": [{"op": "add", "impl": impl, "dtype": "float32", "dims": {"M": m, "N": m}, "layout": "contiguous",
+                         "wall_us": wall} for m, impl, wall in [(1024, "peer", 10.0), (1024, "add_tma", 8.0),
+                                                                (4096, "peer", 50.0), (4096, "add_tma", 60.0)]]}  # fmt: skip
+    assert "| add | fp32 | 2 | add_tma 1, peer 1 | 1.02x |" in ranking_table(ranking)  # sqrt(10/8 * 50/60)
+
+
+def test_the_older_matmul_format_shows_each_launchers_pick() -> None:
+    document = records.load(DATA / "2026-11-23-h100-80gb-hbm3-matmul.json.gz")
+    text = matmul_table(document)
+    assert "matmul_hopper_ws x cuBLAS (bf16/fp16)" in text and "| 3000x5000x2000 | kn |" in text
+    assert "- matmul_hopper_ws: geometric mean bf16 1.000x" in text
 
 
 def test_cells_keep_four_significant_digits_and_show_containers_as_json() -> None:
     assert [cell(v) for v in (1.0599, 0.0095, 1.0, 760123.4, 3, None, float("nan"), {"a": 1})] == [
         "1.060", "0.009500", "1.000", "760123", "3", "-", "-", '{"a":1}'
     ]
+
+
+def test_the_stored_data_follows_the_naming_scheme() -> None:
+    names = [p.name for p in DATA.iterdir()]
+    assert names and all(records.DataFile.parse(n) is not None for n in names), names
+    suites = {records.DataFile.parse(n).suite for n in names}
+    assert suites >= {"main", "timer", "host", "matmul", "ranking"}
+
+
+def test_a_copy_of_the_data_builds_the_same_record(tmp_path: Path) -> None:
+    """The record depends on the data and the template only, not on the folder it is built in."""
+    for name in ("benchmarks/data", "benchmarks/template.md"):
+        source, target = ROOT / name, tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
+    shutil.copy(ROOT / "BENCHMARKS.md", tmp_path / "BENCHMARKS.md")
+    result = record_cli("--check", cwd=tmp_path)
+    assert result.returncode == 1 and "missing plot" in result.stdout  # text equal; the plots were not copied
+    assert "@@" not in result.stdout

@@ -2,7 +2,7 @@
 starts when both the GPU is free and the host has queued it, events that read the GPU's time, a
 host clock that launchers advance. What it checks is the scheduling: whether a launcher's host
 time lands inside the events, whether a CUDA graph of the call is used, and the fallbacks.
-The H100 cross-check against do_bench and CUPTI is scripts/gpu/check_timing.py."""
+The GPU cross-check against do_bench and CUPTI is `tkreg bench timer` (tkreg/bench)."""
 
 from __future__ import annotations
 
@@ -368,72 +368,6 @@ def test_repetitions_skip_what_was_queued_before_them_and_name_what_they_saw_whe
     assert cupti.span_ms(calls[0]) == pytest.approx(15e-6)  # k1's start (20 ns) to k2's end (35 ns)
     with pytest.raises(TraceError, match=r"7 activities.*2 repetitions.*names: warm, flush, k1, k2"):
         cupti.repetitions(trace, 2, before=("flush",), after=("flush",), ignore=frozenset({"spin"}))
-
-
-@pytest.fixture
-def check_timing(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """scripts/gpu/check_timing.py as a module (it imports on a CPU; it runs on a GPU)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "check_timing.py"
-    spec = importlib.util.spec_from_file_location("check_timing", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "check_timing", module)  # its dataclasses look themselves up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_check_timing_judges_each_bound_with_its_own_tolerance(check_timing: types.ModuleType) -> None:
-
-    def row(name: str, bound: str, ours: float, cupti: float) -> dict:
-        # Judged against CUPTI's reading of the timer's repetitions run again; the back-to-back
-        # series' figure differs by the GPU's own drift, which must not decide the verdict.
-        return {"workload": name, "bound": bound, "tkreg_ms": ours, "cupti_ms": cupti, "source": "CUPTI",
-                "b2b_cupti_ms": ours * 1.1}  # fmt: skip
-
-    rows = [
-        row("cuBLAS", "compute", 0.840, 0.851),  # -1.3%: within 3%
-        row("cuBLAS", "compute", 0.830, 0.851),
-        row("held-like", "compute", 0.718, 0.851),  # the old timer's reading: -16%
-        row("add 16384^2", "memory", 1.0594, 1.0562),  # +0.3%
-        row("sum 16384^2", "memory", 0.3600, 0.3527),  # +2.1%
-        row("add_tma 1024^2", "memory", 0.0100, 0.0068),  # short: 3.2 us of event overhead
-        row("add_tma 1024^2 do_bench-like", "memory", 0.0873, 0.0068),  # a launcher's host time
-    ]
-    checks = check_timing.check(rows)
-    verdicts = {detail.split(":")[0]: ok for _, ok, detail in checks}
-    assert verdicts == {
-        "cuBLAS": True,
-        "held-like": False,
-        "add 16384^2": True,
-        "sum 16384^2": False,
-        "add_tma 1024^2": True,
-        "add_tma 1024^2 do_bench-like": False,
-    }
-    summary = check_timing.per_bound(checks)
-    assert [line.split(" (")[0] for line in summary] == [
-        "FAIL compute-bound: tkreg within 3% of CUPTI",
-        "FAIL memory-bound: tkreg within 0.5% of CUPTI",
-        "FAIL short kernels: tkreg within 5 us of CUPTI",
-    ]
-    assert "held-like" in summary[0] and "cuBLAS" not in summary[0]
-
-
-def test_check_timing_verdict_tells_a_faster_kernel_from_an_overlap(check_timing: types.ModuleType) -> None:
-
-    def probe(hold: float, events: float, cupti: float, gap: float, mhz: int) -> dict:
-        return {"probe": f"hold {hold:g} ms", "hold_ms": hold, "events_ms": events, "cupti_ms": cupti, "spin_to_kernel_us": gap,
-                "sm_mhz": mhz, "power_w": 700 if hold == 0 else 560, "power_cap_share": 0.9 if hold == 0 else 0.0}
-
-    nan = float("nan")
-    clocks = [probe(0.0, 0.853, 0.850, nan, 1620), probe(0.25, 0.721, 0.718, 1.2, 1980), probe(1.0, 0.70, 0.70, 1.0, 1980)]
-    text = "\n".join(check_timing.verdict(clocks))
-    assert "the kernel itself ran faster after the hold" in text and "(no overlap)" in text and "1980 MHz held vs 1620" in text
-    overlap = [probe(0.0, 0.853, 0.850, nan, 1700), probe(0.25, 0.72, 0.85, -130.0, 1700)]
-    text = "\n".join(check_timing.verdict(overlap))
-    assert "the events missed part of the kernel" in text and "(negative: overlap)" in text
 
 
 def test_kernel_trace_keeps_the_gpu_activities_of_kinetos_events_in_start_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,11 @@
 """The ``tkreg`` command: ``list``, ``info KERNEL``, ``doctor``, ``report RUN.json``. Imports neither torch
-nor triton; ``report`` imports matplotlib only when it runs."""
+nor triton; ``report`` imports matplotlib only when it runs.
+
+Text output fits WIDTH columns (long values wrap) unless ``--wide``; ``--json`` is for scripts.
+Exit status: 0 done; 1 ``report``: a kernel got slower than the threshold, ``doctor``: a plugin has a
+problem; 2 a usage error or an input that cannot be read (named in the message); 3 a bug (the
+traceback is printed), so that a script never mistakes a crash for a result.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,66 @@ import argparse
 import json
 import os
 import platform as host
+import shutil
 import sys
-from typing import Any
+import textwrap
+import traceback
+from typing import Any, TextIO
 
 from . import __version__
 from .core import capability as caps
 from .core import refs
-from .core.loading import ENV_VAR, build_registry, selected_names
+from .core.errors import UnknownNameError
+from .core.loading import (
+    ENV_VAR,
+    build_registry,
+    installed_plugins,
+    selected_names,
+    unknown_names_message,
+    unknown_plugins_message,
+    unknown_selected,
+)
 from .core.platform import current, installed_version, platform_for
 from .core.registry import Registry, unmet_requirements
 from .core.specs import config_id
+
+WIDTH = 100  # columns text output fits in without --wide (fewer on a narrower terminal)
+EXIT_REGRESSION = 1
+EXIT_USAGE = 2  # argparse's code for a bad command line; also an unreadable input
+EXIT_BUG = 3
+
+
+def output_width(args: argparse.Namespace) -> int | None:
+    """Columns to fit text output in; None with --wide (full lines)."""
+    if getattr(args, "wide", False):
+        return None
+    if sys.stdout.isatty():
+        return min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+    return WIDTH
+
+
+def emit(text: str, width: int | None, hang: str = "    ", file: TextIO | None = None) -> None:
+    """Print ``text``, wrapped at ``width`` columns (continuation lines indented by its own indent
+    plus ``hang``); whole where width is None or it fits."""
+    if width is None or len(text) <= width:
+        print(text, file=file)
+        return
+    indent = text[: len(text) - len(text.lstrip())]
+    lines = textwrap.wrap(text, width, subsequent_indent=indent + hang, break_on_hyphens=False)
+    print("\n".join(lines), file=file)
+
+
+def check_plugin_selection(width: int | None) -> int | None:
+    """Warn about names in TKREG_PLUGINS that no installed plugin has; EXIT_USAGE when it names
+    no installed plugin at all (and so loads none), None to go on."""
+    problem = unknown_plugins_message()
+    if not problem:
+        return None
+    if not (selected_names() or set()) - set(unknown_selected()):
+        emit(f"tkreg: error: {problem}; no plugin loaded (unset {ENV_VAR} to load all)", width, file=sys.stderr)
+        return EXIT_USAGE
+    emit(f"tkreg: warning: {problem}", width, file=sys.stderr)
+    return None
 
 
 def cmd_list(registry: Registry, args: argparse.Namespace) -> int:
@@ -41,12 +97,24 @@ def cmd_list(registry: Registry, args: argparse.Namespace) -> int:
     if not rows:
         print("no kernels registered" + (f" (TKREG_PLUGINS={_env_plugins()!r})" if selected_names() is not None else ""))
         return 0
-    headers = ("op", "kernel", "plugin", "requirements", "runs here")
-    table = [(r["op"], r["kernel"], r["plugin"], r["requirements"], "yes" if r["runs"] else f"no: {r['why_not']}") for r in rows]
+    width = output_width(args)
+    if width is None:  # one line per kernel, however long: for grep
+        headers = ("op", "kernel", "plugin", "requirements", "runs here")
+        table = [(r["op"], r["kernel"], r["plugin"], r["requirements"], "yes" if r["runs"] else f"no: {r['why_not']}")
+                 for r in rows]  # fmt: skip
+    else:  # the requirements and the reason on lines of their own, wrapped
+        headers = ("op", "kernel", "plugin", "runs here")
+        table = [(r["op"], r["kernel"], r["plugin"], "yes" if r["runs"] else "no") for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers[:-1])]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)) + "  " + headers[-1])
-    for row in table:
+    for row, r in zip(table, rows):
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+        if width is not None:
+            emit(f"    requires: {r['requirements']}", width)
+            if not r["runs"]:
+                emit(f"    why not: {r['why_not']}", width)
+    if width is not None:
+        print("(one line per kernel: tkreg list --wide; for scripts: --json)")
     if registry.problems:
         print(f"\n{len(registry.problems)} plugin problem(s); run `tkreg doctor` for details", file=sys.stderr)
     return 0
@@ -94,55 +162,104 @@ def cmd_info(registry: Registry, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
+    # The cases grouped by the sets they are in: a line per set instead of a line per case.
+    by_sets: dict[str, list[str]] = {}
+    for case in op.cases:
+        by_sets.setdefault(", ".join(case.sets), []).append(case.id)
+    info["op cases"] = by_sets
+    width = output_width(args)
     for key, value in info.items():
-        if value in (None, "", [], {}):
-            continue
-        if isinstance(value, dict):
-            print(f"{key}:")
-            for k, v in value.items():
-                if v not in (None, "", []):
-                    print(f"  {k}: {v}")
-        else:
-            print(f"{key}: {value}")
+        show_field(key, value, width)
     return 0
+
+
+def show_field(key: str, value: Any, width: int | None, depth: int = 0) -> None:
+    """``key: value`` for the text view of info: lists comma-separated, a dict a line per key (a
+    nested dict of plain values on one line), every line wrapped at ``width``."""
+    if value in (None, "", [], {}):
+        return
+    pad = "  " * depth
+    if isinstance(value, dict):
+        if depth and not any(isinstance(v, (dict, list)) for v in value.values()):
+            emit(f"{pad}{key}: " + ", ".join(f"{k} {_plain(v)}" for k, v in value.items()), width)
+            return
+        print(f"{pad}{key}:")
+        for k, v in value.items():
+            show_field(str(k), v, width, depth + 1)
+    elif isinstance(value, list):
+        emit(f"{pad}{key}: " + ", ".join(_plain(v) for v in value), width)
+    else:
+        emit(f"{pad}{key}: {_plain(value)}", width)
+
+
+def _plain(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def cmd_doctor(registry: Registry, args: argparse.Namespace) -> int:
     print(f"tkreg {__version__}")
-    print(f"python {host.python_version()} ({sys.executable})")
+    emit(f"python {host.python_version()} ({sys.executable})", output_width(args))
     for dist in ("torch", "triton", "numpy", "pluggy", "pytest", "pytest-benchmark"):
         print(f"{dist} {installed_version(dist) or 'not installed'}")
     print(f"device: {current().describe()}")
     selected = selected_names()
+    width = output_width(args)
     print(f"{ENV_VAR}: " + ("unset (all plugins)" if selected is None else repr(_env_plugins())))
-    print(f"plugins loaded ({len(registry.plugins)}):")
-    for p in registry.plugins:
-        kernels = [k.name for k in registry.kernels() if registry.owner(k).name == p.name]
-        print(f"  {p.describe()}: {len(kernels)} kernel(s)")
-    if registry.problems:
-        print(f"plugin problems ({len(registry.problems)}):")
-        for problem in registry.problems:
-            print(f"  {problem.describe()}")
+    installed = installed_plugins()
+    loaded = {p.name for p in registry.plugins}
+    failed = {p.plugin.name for p in registry.problems}
+    print(f"plugins installed ({len(installed)}, {len(loaded)} loaded):")
+    for p in installed:
+        if p.name in loaded:
+            kernels = [k.name for k in registry.kernels() if registry.owner(k).name == p.name]
+            state = f"{len(kernels)} kernel(s)"
+        elif p.name in failed:
+            state = "failed to load (see plugin problems)"
+        else:
+            state = f"not loaded ({ENV_VAR} leaves it out)"
+        emit(f"  {p.describe()}: {state}", width)
+    problems = [problem.describe() for problem in registry.problems]
+    selection = unknown_plugins_message()
+    problems += [selection] if selection else []
+    if problems:
+        print(f"plugin problems ({len(problems)}):")
+        for problem in problems:
+            emit(f"  {problem}", width)
         return 1
     print("plugin problems: none")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the report; with a baseline, name every item slower than the threshold and return 1
-    if there is one (for CI and scripts)."""
+    """Write the report; with a baseline, name every kernel slower than the threshold and return 1
+    if there is one (for CI and scripts). The peers' own changes are the machine's drift: shown,
+    never counted."""
     from .report import write_report
+    from .report.write import describe_change
 
-    report = write_report(args.run, args.out, baseline=args.baseline, threshold_pct=args.threshold)
+    report = write_report(args.run, args.out, baseline=args.baseline, threshold_pct=args.threshold, gate=args.gate)
     print(f"wrote {report.markdown} and {len(report.plots)} plot(s) in {report.directory}")
     comparison = report.comparison
     if comparison is None:
         return 0
-    slower = comparison.slower
-    print(f"{len(comparison.changes)} items compared with {args.baseline}: {len(slower)} slower than {args.threshold:g}%")
+    slower, gate = comparison.slower, comparison.gate
+    print(
+        f"{len(comparison.changes)} items compared with {args.baseline}: {len(comparison.kernels)} kernel items, "
+        f"{len(slower)} slower than {args.threshold:g}% ({gate} gate)"
+    )
+    drift = comparison.median_drift_pct
+    if drift is not None:
+        print(f"machine drift: the peers moved by {drift:+.1f}% (median of {len(comparison.drift)}), not counted as slower")
     for change in slower:
-        print(f"  SLOWER {change.pct:+.1f}%  {change.new.label}")
-    return 1 if slower else 0
+        print(f"  SLOWER {describe_change(change, gate)}  {change.new.label}")
+    return EXIT_REGRESSION if slower else 0
+
+
+def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run the measurement suites (tkreg.bench); ``argv`` (what followed ``bench``) is recorded in each data file."""
+    from .bench.cli import run
+
+    return run(args, "tkreg bench", argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,19 +272,46 @@ def main(argv: list[str] | None = None) -> int:
     for p in (p_list, p_info):
         p.add_argument("--capability", help="judge for this GPU capability, e.g. 9.0, or 'interpreter' (default: this machine)")
         p.add_argument("--json", action="store_true", help="machine-readable output (default: a table)")
-    sub.add_parser("doctor", help="versions, device, plugins loaded and plugins that failed")
+    p_doctor = sub.add_parser("doctor", help="versions, device, plugins installed and loaded, and plugins that failed")
+    for p in (p_list, p_info, p_doctor):
+        p.add_argument(
+            "--wide", "--full-width", dest="wide", action="store_true",
+            help=f"full lines, however long (default: fit {WIDTH} columns, wrapping long values)",
+        )  # fmt: skip
+    from .report.compare import DEFAULT_GATE, DEFAULT_THRESHOLD_PCT, GATES
+
     p_report = sub.add_parser(
-        "report", help="plots and a Markdown table from pytest-benchmark JSON; with --baseline, exit 1 if an item got slower"
+        "report",
+        help="plots and a Markdown table from pytest-benchmark JSON; with --baseline, exit 1 if a kernel got slower",
+        epilog="exit status: 0 nothing got slower (or no baseline); 1 a kernel got slower than the threshold; "
+        "2 an input cannot be read (the message names it) or the arguments are wrong",
     )
     add = p_report.add_argument
     add("run", metavar="RUN.json", help="pytest-benchmark JSON of `pytest --tkreg --tkreg-bench` (.json or .json.gz)")
     add("--baseline", metavar="BASE.json", help="compare with this run (default: no comparison)")
     add("--out", default="tkreg-report", metavar="DIR", help="write report.md and the plots here (default: tkreg-report)")
-    add("--threshold", type=float, default=5.0, metavar="PCT", help="device-time growth counted as slower, % (default: 5)")
+    # argparse formats help with %: a literal percent sign is written %%.
+    add("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+        help=f"growth counted as slower, in %% (default: {DEFAULT_THRESHOLD_PCT:g})")  # fmt: skip
+    add("--gate", choices=GATES, default=DEFAULT_GATE,
+        help="what counts as slower: 'relative', a kernel's device time relative to its peer's on the same case (the "
+        "ratio in this run against the baseline's), so that machine drift, which moves the peer too, does not count; "
+        "items whose peer is not in both runs are judged on their own change; 'absolute', every kernel's own device "
+        "time. The peers' own changes are drift and never fail the gate (default: relative)")  # fmt: skip
+    from .bench.cli import add_arguments as bench_arguments
+
+    p_bench = sub.add_parser("bench", help="run the measurement suites on this GPU and write their data (docs/benchmarks.md)")
+    bench_arguments(p_bench)
     args = parser.parse_args(argv)
     try:
+        if args.command == "bench":
+            return cmd_bench(args, sys.argv[2:] if argv is None else argv[1:])
         if args.command == "report":
             return cmd_report(args)
+        if args.command in ("list", "info"):
+            refused = check_plugin_selection(output_width(args))
+            if refused is not None:
+                return refused
         registry = build_registry()
         return {"list": cmd_list, "info": cmd_info, "doctor": cmd_doctor}[args.command](registry, args)
     except BrokenPipeError:
@@ -175,9 +319,16 @@ def main(argv: list[str] | None = None) -> int:
         # the interpreter's final flush does not fail again (the recipe in Python's signal docs).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (LookupError, ValueError, OSError) as e:  # OSError: a results file missing or unreadable
+    except UnknownNameError as e:  # `tkreg info add_trtion`: the known names and the closest one
+        print(f"tkreg: error: {unknown_names_message(e.kind, [e.name], e.known)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (LookupError, ValueError, OSError) as e:  # ValueError: tkreg.report's ResultsError, naming the file
         print(f"tkreg: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except Exception:  # a bug: exit with its own code, never 1, which `report` gives a regression
+        traceback.print_exc()
+        print(f"tkreg: internal error (a bug, not a result); exit status {EXIT_BUG}", file=sys.stderr)
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

@@ -11,12 +11,24 @@ from pathlib import Path
 from typing import Any
 
 from ..core.dtypes import SHORT_NAMES
-from .compare import Comparison
-from .results import Result, short_names
+from .compare import Change, Comparison
+from .results import Result, section_order, section_suffix, short_names
 
 PEER_STYLE = {"color": "black", "marker": "D"}
 MARKERS = "osv^<>phP*X"
 MAX_ANNOTATED = 40  # label slowed-down items by name up to this many per op
+# Speed-up ticks, coarsest first: the first set that puts MIN_TICKS ticks in the plotted range is
+# used, so a narrow range (0.8x..1.3x) gets ticks such as 0.8x, 0.9x, 1x, 1.25x and a wide one
+# (0.1x..20x) powers of two. The values are those a reader says aloud ("half", "1.5 times").
+SPEEDUP_TICKS = (
+    tuple(2.0**e for e in range(-10, 11)),
+    (0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+    (0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 1.75, 2, 2.5, 3),
+    (0.8, 0.85, 0.9, 0.95, 1, 1.05, 1.1, 1.15, 1.2, 1.25),
+    (0.9, 0.92, 0.94, 0.96, 0.98, 1, 1.02, 1.04, 1.06, 1.08, 1.1),
+)
+MIN_TICKS = 4
+SPEEDUP_MARGIN = 1.15  # the y range reaches this factor beyond the extreme speed-ups (log axis)
 
 
 def _figure(width: float, height: float) -> Any:
@@ -59,7 +71,8 @@ def _dot_plot(ax: Any, results: Sequence[Result], value: Any) -> None:
         points = [(column[(r.case, r.dtype)] + offset, value(r)) for r in rows if value(r) is not None]
         if not points:
             continue
-        style = PEER_STYLE if rows[0].is_peer else {"color": colours[n % len(colours)], "marker": MARKERS[n % len(MARKERS)]}
+        plain = rows[0].is_peer and not rows[0].is_rival
+        style = PEER_STYLE if plain else {"color": colours[n % len(colours)], "marker": MARKERS[n % len(MARKERS)]}
         xs, ys = zip(*points)
         ax.plot(xs, ys, linestyle="none", markersize=6, label=names[(kernel, config)], **style)
     crowded = len(groups) > CROWDED_COLUMNS  # labels side by side would overlap: stand them up
@@ -112,59 +125,123 @@ def throughput_plot(results: Sequence[Result], path: str | Path, title: str = ""
 
 
 def speedup_plot(results: Sequence[Result], path: str | Path, title: str = "") -> Path | None:
-    """Speed-up over the op's peer per case and dtype (log scale; 1 is the peer). None when no
-    item has a peer figure."""
-    compared = [r for r in results if r.speedup is not None and not r.is_peer]
+    """Speed-up over the op's peer per case and dtype (log scale, labelled ticks such as 0.5x,
+    1x, 2x; 1 is the peer). None when no item has a peer figure."""
+    fig = speedup_figure(results, title)
+    return None if fig is None else _save(fig, path)
+
+
+def speedup_figure(results: Sequence[Result], title: str = "") -> Any:
+    """The figure speedup_plot saves; None when no item has a peer figure."""
+    compared = [r for r in results if r.speedup is not None]  # kernels and rivals: the peer has none
     if not compared:
         return None
     fig = _figure(_width(len(_groups(compared)), len(_series(compared))), _height(len(_groups(compared))))
     ax = fig.subplots()
     _dot_plot(ax, compared, lambda r: r.speedup)
     ax.axhline(1.0, color="black", linewidth=1.0, label="peer (1x)")
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(_times_formatter())
+    speedups = [r.speedup for r in compared if r.speedup]
+    _speedup_axis(ax, min(speedups), max(speedups))
     ax.set_ylabel("speed-up over the peer (peer time / kernel time)")
     ax.set_title(title or f"{compared[0].op}: speed-up over the peer", fontsize=10)
     _legend(ax, len(_series(compared)))
-    return _save(fig, path)
+    return fig
 
 
-def _times_formatter() -> Any:
-    from matplotlib.ticker import FuncFormatter
+def speedup_ticks(low: float, high: float) -> list[float]:
+    """Tick values for a speed-up axis from ``low`` to ``high``: the coarsest of SPEEDUP_TICKS
+    with at least MIN_TICKS values in the range, else the finest."""
+    for candidates in SPEEDUP_TICKS:
+        inside = [float(t) for t in candidates if low <= t <= high]
+        if len(inside) >= MIN_TICKS:
+            return inside
+    return [float(t) for t in SPEEDUP_TICKS[-1] if low <= t <= high] or [1.0]
 
-    return FuncFormatter(lambda v, _pos: f"{v:g}x")
+
+def _speedup_axis(ax: Any, low: float, high: float) -> None:
+    """A log axis through 1x with labelled ticks; the log keeps 2x and 0.5x equally far from 1x."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    low, high = min(low, 1.0) / SPEEDUP_MARGIN, max(high, 1.0) * SPEEDUP_MARGIN
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    ax.yaxis.set_major_locator(FixedLocator(speedup_ticks(low, high)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+    ax.yaxis.set_minor_locator(NullLocator())  # unlabelled log minor ticks only add clutter
+
+
+LABEL_FONT_PT = 6  # names of slower items under the bars
+LABEL_INCH_PER_CHAR = LABEL_FONT_PT * 0.6 / 72  # a character's advance at that size, roughly
+PEER_COLOUR = "tab:blue"  # a peer's bar: the machine's drift, judged by no gate
+RIVAL_COLOUR = "tab:purple"  # a rival's bar (torch.compile, another library): judged by no gate
 
 
 def changes_plot(comparison: Comparison, path: str | Path) -> Path | None:
-    """Per op, every compared item's change in device time, sorted; items slower than the
-    threshold in red and named, faster ones in green. None when nothing was compared."""
-    by_op: dict[str, list[Any]] = {}
+    """Per op (and mode, parameters), every compared item's change, sorted: kernels by the change
+    the gate judges (relative to the peer by default), slower than the threshold in red and named
+    under their bars, faster in green; then the peers' own changes (drift) in blue. None when
+    nothing was compared."""
+    fig = changes_figure(comparison)
+    return None if fig is None else _save(fig, path)
+
+
+def changes_figure(comparison: Comparison) -> Any:
+    """The figure changes_plot saves; None when nothing was compared."""
+    by_section: dict[tuple[str, str, str], list[Change]] = {}
     for c in comparison.changes:
-        by_op.setdefault(c.new.op, []).append(c)
-    if not by_op:
+        by_section.setdefault(c.new.section, []).append(c)
+    if not by_section:
         return None
-    limit = comparison.threshold_pct
-    widest = max(len(v) for v in by_op.values())
-    fig = _figure(min(40.0, max(8.0, 0.12 * widest + 3.0)), 3.2 * len(by_op))
-    axes = fig.subplots(len(by_op), 1, squeeze=False)[:, 0]
-    for ax, (op, changes) in zip(axes, sorted(by_op.items())):
-        pcts = [c.pct for c in changes]
-        colours = ["tab:red" if p > limit else "tab:green" if p < -limit else "0.6" for p in pcts]
-        ax.bar(range(len(pcts)), pcts, color=colours, width=0.8)
+    limit, gate = comparison.threshold_pct, comparison.gate
+    widest = max(len(v) for v in by_section.values())
+    sections = sorted(by_section.items(), key=lambda kv: section_order(kv[0]))
+    # Names stand under the bars, as tick labels, so the layout makes room for them below each
+    # axes instead of letting them run up into the title.
+    named = [[c for c in changes if c.kind == "kernel" and _gated(c, gate) > limit][:MAX_ANNOTATED] for _, changes in sections]
+    label_room = [max((len(_short_label(c)) for c in n), default=0) * LABEL_INCH_PER_CHAR for n in named]
+    heights = [2.8 + room for room in label_room]
+    fig = _figure(min(40.0, max(8.0, 0.12 * widest + 3.0)), sum(heights))
+    axes = fig.subplots(len(sections), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for ax, ((op, mode, params), changes) in zip(axes, sections):
+        values = [_gated(c, gate) for c in changes]
+        colours = [_colour(c, v, limit) for c, v in zip(changes, values)]
+        ax.bar(range(len(values)), values, color=colours, width=0.8)
         for bound in (limit, -limit):
             ax.axhline(bound, color="0.4", linestyle="--", linewidth=0.8)
         ax.axhline(0.0, color="black", linewidth=0.8)
-        slower = [(i, c) for i, c in enumerate(changes) if c.pct > limit]
-        for i, c in slower[:MAX_ANNOTATED]:
-            ax.annotate(c.new.label.removeprefix(f"{op}/"), (i, c.pct), xytext=(2, 2), textcoords="offset points",
-                        rotation=90, fontsize=6, ha="center", va="bottom")
-        ax.set_xticks([])
-        ax.set_xlim(-1, len(pcts))
-        ax.set_ylabel("device time change (%)")
-        ax.set_title(f"{op}: {len(changes)} items, {len(slower)} slower than {limit:g}%", fontsize=9)
-        low, high = min([*pcts, -limit]), max([*pcts, limit])
-        ax.set_ylim(low * 1.15 - 1, high * (2.4 if slower else 1.3) + 1)  # room for the names above the bars
-    return _save(fig, path)
+        slower = [i for i, (c, v) in enumerate(zip(changes, values)) if c.kind == "kernel" and v > limit]
+        shown = slower[:MAX_ANNOTATED]
+        ax.set_xticks(shown, [_short_label(changes[i]) for i in shown], rotation=90, fontsize=LABEL_FONT_PT)
+        ax.set_xlim(-1, len(values))
+        ax.set_ylabel("vs peer (%)" if gate == "relative" else "device time (%)")
+        kernels = sum(c.kind == "kernel" for c in changes)
+        title = f"{op} {section_suffix(mode, params)}".strip()
+        others = [f"{n} {kind}s ({colour})" for kind, colour in (("peer", "blue: drift"), ("rival", "purple"))
+                  if (n := sum(c.kind == kind for c in changes))]  # fmt: skip
+        ax.set_title(f"{title}: {kernels} kernel items, {len(slower)} slower than {limit:g}% ({gate})"
+                     + "".join(f"; {o}" for o in others), fontsize=9)  # fmt: skip
+        low, high = min([*values, -limit]), max([*values, limit])
+        ax.set_ylim(low * 1.15 - 1, high * 1.15 + 1)
+    return fig
+
+
+def _gated(change: Change, gate: str) -> float:
+    """The bar of a change: what the gate judges for a kernel, the same measure for a rival, a
+    peer's own change (drift)."""
+    if change.kind == "rival" and gate == "relative" and change.relative_pct is not None:
+        return change.relative_pct
+    gated = change.gated_pct(gate)
+    return change.pct if gated is None else gated
+
+
+def _colour(change: Change, value: float, limit: float) -> str:
+    if change.kind != "kernel":
+        return PEER_COLOUR if change.is_drift else RIVAL_COLOUR
+    return "tab:red" if value > limit else "tab:green" if value < -limit else "0.6"
+
+
+def _short_label(change: Change) -> str:
+    return change.new.label.removeprefix(f"{change.new.op}/")
 
 
 def _save(fig: Any, path: str | Path) -> Path:

@@ -1,13 +1,17 @@
-"""Tables the benchmark record is built from: summaries of a benchmark run (kernels against their
-peer, the best kernel per case, one kernel's speed-ups per variant) and any tkreg.report.records envelope
-as a generic table with its provenance. Only the standard library."""
+"""Tables the benchmark record is built from: a benchmark run's kernels against their peer, and
+one table per ``tkreg bench`` suite's envelope (timer, host, matmul, ranking), each with a line
+saying where, when and by which command it was measured. Only the standard library.
+
+The suite tables also read the files the one-off scripts wrote before ``tkreg bench`` existed
+(the same measurements under older column names), so older runs stay readable.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.dtypes import SHORT_NAMES
@@ -15,14 +19,21 @@ from .markdown import percent, table
 from .results import PEER_PREFIX, Result
 
 META_SHOWN = ("device", "capability", "sms", "date", "command", "torch", "triton", "python")
+VERSIONS = ("torch", "triton", "tkreg", "driver")
 
 
+# ---- a benchmark run (pytest-benchmark JSON) -------------------------------------------------------
 def _cases(results: Sequence[Result]) -> list[tuple[str, str]]:
     return list(dict.fromkeys((r.case, r.dtype) for r in results))
 
 
+def _is_plain_peer(r: Result) -> bool:
+    """The op's peer itself (a rival is timed like a peer but compared with it)."""
+    return r.is_peer and not getattr(r, "is_rival", False)
+
+
 def _peer_name(results: Sequence[Result]) -> str:
-    peer = next((r.kernel for r in results if r.is_peer), PEER_PREFIX + "peer")
+    peer = next((r.kernel for r in results if _is_plain_peer(r)), PEER_PREFIX + "peer")
     return peer.removeprefix(PEER_PREFIX)
 
 
@@ -30,12 +41,12 @@ def vs_peer_table(results: Sequence[Result]) -> str:
     """Per case and dtype: the peer's throughput, and each kernel's (at its launcher's own
     configuration) with its speed-up over the peer."""
     own = [r for r in results if not r.config]
-    kernels = sorted({r.kernel for r in own if not r.is_peer})
+    kernels = sorted({r.kernel for r in own if not _is_plain_peer(r)})
     unit = next((r.unit for r in own if r.unit), "")
     by_case = {(r.case, r.dtype, r.kernel): r for r in own}
     rows = []
     for case, dtype in _cases(own):
-        peer = next((r for r in own if r.is_peer and (r.case, r.dtype) == (case, dtype)), None)
+        peer = next((r for r in own if _is_plain_peer(r) and (r.case, r.dtype) == (case, dtype)), None)
         cells = []
         for k in kernels:
             r = by_case.get((case, dtype, k))
@@ -52,7 +63,7 @@ def best_table(results: Sequence[Result]) -> str:
     rows = []
     for case, dtype in _cases(own):
         group = [r for r in own if (r.case, r.dtype) == (case, dtype)]
-        peer = next((r for r in group if r.is_peer), None)
+        peer = next((r for r in group if _is_plain_peer(r)), None)
         kernels = [r for r in group if not r.is_peer and r.throughput is not None]
         if not kernels:
             continue
@@ -63,25 +74,25 @@ def best_table(results: Sequence[Result]) -> str:
     return table(headers, rows, [False, False, True, False, True, True, True])
 
 
-def speedup_table(results: Sequence[Result], kernel: str, by: str, where: Mapping[str, str]) -> str:
-    """One kernel's speed-up over the peer, one row per dtype and value of the config key ``by``,
-    one column per case, with the geometric mean and the lowest; only items whose config, less
-    ``by``, is exactly ``where``."""
-    ratios: dict[tuple[str, str], dict[str, float]] = {}
+def peer_summary(results: Sequence[Result]) -> str:
+    """One line: each kernel's geometric mean and lowest speed-up over the peer, at its own choice."""
+    speedups: dict[str, list[float]] = {}
     for r in results:
-        config = dict(r.config)
-        variant = config.pop(by, "-")
-        if r.kernel == kernel and config == dict(where) and r.speedup is not None:
-            ratios.setdefault((SHORT_NAMES.get(r.dtype, r.dtype), variant), {})[r.case] = r.speedup
-    cases = list(dict.fromkeys(c for by_case in ratios.values() for c in by_case))
-    rows = []
-    for (dtype, variant), by_case in sorted(ratios.items()):
-        values = list(by_case.values())
-        geomean = math.exp(sum(map(math.log, values)) / len(values))
-        cols = [f"{by_case[c]:.2f}" if c in by_case else "-" for c in cases]
-        rows.append([dtype, variant, *cols, f"{geomean:.3f}", f"{min(values):.2f}"])
-    headers = ["dtype", by, *cases, "geomean", "lowest"]
-    return table(headers, rows, [False, False, *[True] * (len(cases) + 2)])
+        if not r.config and not _is_plain_peer(r) and r.speedup:
+            speedups.setdefault(r.kernel, []).append(r.speedup)
+    if not speedups:
+        return ""
+    parts = [f"{k} {geomean(v):.3f}x (lowest {min(v):.2f}x, {len(v)} cases)" for k, v in sorted(speedups.items())]
+    return "Over the peer, geometric mean: " + "; ".join(parts) + "."
+
+
+def ceilings_line(results: Sequence[Result]) -> str:
+    """The ceilings measured in the run, by unit."""
+    found = {(r.unit, r.ceiling_name): r.ceiling for r in results if r.ceiling}
+    if not found:
+        return ""
+    parts = [f"{value:.0f} {unit}" + (f" ({name})" if name else "") for (unit, name), value in found.items()]
+    return "Ceilings measured in the same run: " + ", ".join(parts) + "."
 
 
 def _rate(r: Result | None) -> str:
@@ -92,7 +103,12 @@ def _speedup(r: Result, digits: int) -> str:
     return "-" if r.speedup is None else f"{r.speedup:.{digits}f}x"
 
 
-# ---- tkreg.report.records envelopes ---------------------------------------------------------------------
+def geomean(values: Sequence[float]) -> float:
+    values = [v for v in values if v and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
+
+
+# ---- envelopes: provenance and a generic table ------------------------------------------------------
 def cell(value: Any) -> str:
     """A value as a table cell: floats to about four significant digits, containers as JSON."""
     if value is None:
@@ -121,51 +137,212 @@ def provenance(meta: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def record_table(document: Mapping[str, Any]) -> str:
-    """A tkreg.report.records envelope as Markdown: its provenance, one row per row (columns in the order
-    they first appear), then its notes."""
+def source_line(path: str, meta: Mapping[str, Any]) -> str:
+    """`path`: measured <date> by `<command>`; the versions, in one line."""
+    date = str(meta.get("date", "")).replace("T", " ").removesuffix("Z")
+    when = f" measured {date} UTC" if date and date[:1].isdigit() else f" measured {date}" if date else ""
+    how = f" by `{meta['command']}`" if meta.get("command") else ""
+    versions = ", ".join(f"{key} {meta[key]}" for key in VERSIONS if meta.get(key))
+    return f"Data: `{path}`,{when}{how}" + (f" ({versions})" if versions else "") + "."
+
+
+def record_table(document: Mapping[str, Any], columns: Sequence[str] | None = None) -> str:
+    """Any envelope's rows as a table (``columns`` where given, in that order, else every column in
+    the order they first appear)."""
     rows = list(document.get("rows") or [])
-    columns = list(dict.fromkeys(key for row in rows for key in row))
+    if columns is None:
+        columns = list(dict.fromkeys(key for row in rows for key in row))
     numeric = [all(_is_number(row[c]) for row in rows if c in row) for c in columns]
-    parts = [f"*{document['kind']}*: {provenance(document.get('meta') or {})}", ""]
-    parts.append(table(columns, [[cell(row.get(c)) for c in columns] for row in rows], numeric) if rows else "(no rows)")
+    if not rows:
+        return "(no rows)"
+    return table(list(columns), [[cell(row.get(c)) for c in columns] for row in rows], numeric)
+
+
+def notes_quote(document: Mapping[str, Any]) -> str:
     notes = str(document.get("notes") or "").strip()
-    if notes:
-        parts += ["", *(f"> {line}" if line else ">" for line in notes.splitlines())]
+    return "\n".join(f"> {line}" if line else ">" for line in notes.splitlines())
+
+
+def envelope_section(document: Mapping[str, Any], path: str = "") -> str:
+    """An envelope as Markdown: its provenance, its rows, its notes."""
+    meta = document.get("meta") or {}
+    head = source_line(path, meta) if path else f"*{document.get('kind')}*: {provenance(meta)}"
+    parts = [head, "", record_table(document)]
+    quote = notes_quote(document)
+    return "\n".join(parts + (["", quote] if quote else []))
+
+
+# ---- the suites' envelopes ------------------------------------------------------------------------
+def _ms(value: Any) -> str:
+    return "-" if not _is_number(value) or math.isnan(value) else f"{value:.4f}"
+
+
+def timer_table(document: Mapping[str, Any]) -> str:
+    """The timer suite: per workload and round, the timer against CUPTI, untraced events, do_bench
+    and wall time (ms); the verdicts; what tracing costs."""
+    rows = []
+    for r in document.get("rows") or []:
+        ratio = r.get("tkreg_over_cupti")
+        shown = "-" if not _is_number(ratio) or math.isnan(ratio) else f"{ratio:.4f}"
+        times = [_ms(r.get(key)) for key in ("tkreg_ms", "cupti_ms")] + [shown]
+        times += [_ms(r.get(key)) for key in ("stream_ms", "do_bench_ms", "wall_ms")]
+        labels = [str(r.get(key, "")) for key in ("workload", "bound")] + [str(r.get("round", 0))]
+        rows.append([*labels, *times, str(r.get("source", ""))])
+    headers = ["workload", "bound", "round", "tkreg", "CUPTI", "tkreg / CUPTI", "untraced events", "do_bench", "wall",
+               "device time from"]  # fmt: skip
+    parts = [table(headers, rows, [False, False, True, True, True, True, True, True, True, False])]
+    summary = document.get("summary") or {}
+    verdicts = summary.get("verdicts") or [line for line in str(document.get("notes", "")).splitlines()
+                                           if line.startswith(("PASS", "FAIL"))]  # fmt: skip
+    if verdicts:
+        parts += ["", *(f"- {line}" for line in verdicts)]
+    costs = summary.get("costs")
+    if costs:
+        parts += ["", _costs_line(costs)]
     return "\n".join(parts)
 
 
-def matmul_suite_table(document: Mapping[str, Any]) -> str:
-    """scripts/gpu/matmul_suite.py's rows as one line per case, layout and dtype: cuBLAS TFLOP/s,
-    then the launcher's pick at the time of the run and the fastest measured config of each kernel
-    as ratios to cuBLAS, and the geometric mean of the fastest Hopper config per dtype."""
-    cases: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
-    for row in document.get("rows") or []:
-        if "ms" in row:
-            key = (row["M"], row["N"], row["K"], row["layout"], row["dtype"])
-            cases.setdefault(key, {}).setdefault(row["kernel"], []).append(row)
-    lines, best_ratios = [], {}
-    for (M, N, K, layout, dtype), kernels in cases.items():
-        if "cublas" not in kernels:
+def _costs_line(costs: Mapping[str, Any]) -> str:
+    said = []
+    if _is_number(costs.get("host_us_before_cupti")):
+        said.append(f"{costs.get('workload', 'a launcher')}: {costs['host_us_before_cupti']:.1f} us of host time per call "
+                    f"before the process's first CUPTI trace, {costs['host_us_after_cupti']:.1f} us after the last")  # fmt: skip
+    if _is_number(costs.get("with_cupti_s")):
+        said.append(f"a measurement of {costs.get('reps', '?')} repetitions takes {costs['with_cupti_s'] * 1e3:.0f} ms "
+                    f"traced, {costs['without_cupti_s'] * 1e3:.0f} ms untraced")  # fmt: skip
+    if _is_number(costs.get("copy_gbps_eager")):
+        said.append(f"a 2 GiB device copy runs at {costs['copy_gbps_eager']:.0f} GB/s queued by the caller (the copy "
+                    f"ceiling) and {costs['copy_gbps_graph']:.0f} GB/s replayed from a CUDA graph")  # fmt: skip
+    return ("Also measured: " + "; ".join(said) + ".") if said else ""
+
+
+def host_table(document: Mapping[str, Any]) -> str:
+    """The host suite: per op and path, us per call and the queueing alone, against the peer's."""
+    rows = list(document.get("rows") or [])
+    peer_us = {r["op"]: r["us_per_call"] for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}
+    body = []
+    for r in rows:
+        us = r.get("us_per_call")
+        ratio = us / peer_us[r.get("op")] if _is_number(us) and r.get("op") in peer_us else None
+        shape = " ".join(x for x in (str(r.get("shape", "")), SHORT_NAMES.get(str(r.get("dtype", "")), "")) if x)
+        body.append([str(r.get("op", "-")), str(r.get("path", "")), shape or "-", _us(us), _us(r.get("host_us")),
+                     "-" if ratio is None else f"{ratio:.2f}x"])  # fmt: skip
+    headers = ["op", "what is called", "input", "us per call", "of which queueing", "x the peer's"]
+    return table(headers, body, [False, False, False, True, True, True])
+
+
+def _us(value: Any) -> str:
+    return f"{value:.1f}" if _is_number(value) else "-"
+
+
+MATMUL_PEER = "cuBLAS"
+# Rows written before the suite existed name the kernel family and mark the launcher's own pick.
+LEGACY_MATMUL = {"cublas": MATMUL_PEER, "hopper": "matmul_hopper_ws", "triton": "matmul_triton"}
+
+
+def matmul_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The matmul suite's rows (impl, M, N, K, layout, dtype, ms, vs_cublas, ok): as written, or
+    from the older format (the peer and each launcher's pick; the config sweep left out)."""
+    found = []
+    for r in document.get("rows") or []:
+        if "ms" not in r:
             continue
-        cublas = min(r["ms"] for r in kernels["cublas"])
-        short = dtype.replace("bfloat", "bf").replace("float", "fp")
-        cells = [f"{M}x{N}x{K}", layout, short, f"{2 * M * N * K / cublas * 1e-9:.0f}"]
-        for kernel in ("hopper", "triton"):
-            rows = kernels.get(kernel, [])
-            pick = next((r for r in rows if r.get("pick")), None)
-            best = min(rows, key=lambda r: r["ms"]) if rows else None
-            cells.append(f"{cublas / pick['ms']:.2f}" if pick else "-")
-            cells.append(f"{cublas / best['ms']:.2f} ({best['config']})" if best else "-")
-            if kernel == "hopper" and best:
-                best_ratios.setdefault(dtype, []).append(cublas / best["ms"])
-        lines.append(cells)
-    columns = ["M x N x K", "B", "dtype", "cuBLAS TFLOP/s", "hopper pick", "hopper best (config)", "triton pick",
-               "triton best (config)"]  # fmt: skip
-    numeric = [False, False, False, True, True, False, True, False]
-    parts = [f"*{document['kind']}*: {provenance(document.get('meta') or {})}", "", table(columns, lines, numeric), ""]
-    for dtype, ratios in best_ratios.items():
-        geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
-        parts.append(f"- {dtype}: fastest Hopper config per case at a geometric mean of {geomean:.3f}x cuBLAS "
-                     f"over {len(ratios)} cases, lowest {min(ratios):.2f}x")  # fmt: skip
-    return "\n".join(parts)
+        if "impl" in r:
+            found.append(dict(r))
+        elif r.get("kernel") == "cublas" or r.get("pick"):
+            found.append({**r, "impl": LEGACY_MATMUL.get(r.get("kernel", ""), r.get("kernel", "")), "ok": r.get("ok", True)})
+    return found
+
+
+def matmul_table(document: Mapping[str, Any]) -> str:
+    """One line per case and layout: cuBLAS's TFLOP/s per dtype, then each implementation's ratio to
+    cuBLAS per dtype ("!" marks a wrong output); then geometric means."""
+    rows = matmul_rows(document)
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    impls = [i for i in dict.fromkeys(r["impl"] for r in rows) if i != MATMUL_PEER]
+    by = {(r["M"], r["N"], r["K"], r["layout"], r["dtype"], r["impl"]): r for r in rows}
+    shapes = list(dict.fromkeys((r["M"], r["N"], r["K"], r["layout"]) for r in rows))
+    short = "/".join(SHORT_NAMES.get(d, d) for d in dtypes)
+    body = []
+    for M, N, K, layout in shapes:
+        line = [f"{M}x{N}x{K}", str(layout)]
+        line.append(" / ".join(_tflops(by.get((M, N, K, layout, d, MATMUL_PEER))) for d in dtypes))
+        for impl in impls:
+            line.append(" / ".join(_ratio(by.get((M, N, K, layout, d, impl))) for d in dtypes))
+        body.append(line)
+    headers = ["M x N x K", "B", f"cuBLAS TFLOP/s ({short})", *(f"{i} x cuBLAS ({short})" for i in impls)]
+    parts = [table(headers, body, [False, False, *[True] * (len(headers) - 2)])]
+    for impl in impls:
+        means = []
+        for d in dtypes:
+            ratios = [r["vs_cublas"] for r in rows if r["impl"] == impl and r["dtype"] == d and _is_number(r.get("vs_cublas"))]
+            if ratios:
+                means.append(f"{SHORT_NAMES.get(d, d)} {geomean(ratios):.3f}x (lowest {min(ratios):.2f}x, {len(ratios)} cases)")
+        if means:
+            parts.append(f"- {impl}: geometric mean " + "; ".join(means))
+    calls = [r for r in rows if r.get("calls")]
+    if calls:
+        picked = tally(r["calls"] for r in calls)
+        parts.append("- tkreg.ops called: " + ", ".join(f"{name} ({n} cases)" for name, n in picked))
+    return "\n".join([parts[0], "", *parts[1:]] if len(parts) > 1 else parts)
+
+
+def tally(values: Any) -> list[tuple[str, int]]:
+    """(value, count), the most frequent first."""
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[str(v)] = counts.get(str(v), 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _tflops(r: Mapping[str, Any] | None) -> str:
+    return "-" if r is None or not _is_number(r.get("tflops")) else f"{r['tflops']:.0f}"
+
+
+def _ratio(r: Mapping[str, Any] | None) -> str:
+    if r is None or not _is_number(r.get("vs_cublas")):
+        return "-"
+    return f"{r['vs_cublas']:.2f}" + ("" if r.get("ok", True) else "!")
+
+
+def ranking_points(document: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """(op, dtype, signature) -> impl -> wall us; from the suite's rows or the older format, whose
+    rows name the signature ("add 1024x1024 float32")."""
+    points: dict[tuple[str, str, str], dict[str, float]] = {}
+    for r in document.get("rows") or []:
+        if not _is_number(r.get("wall_us")):
+            continue
+        if "signature" in r:
+            words = str(r["signature"]).split()
+            op, dtype = words[0], next((w for w in words if w in SHORT_NAMES), "")
+            key = (op, dtype, str(r["signature"]))
+        else:
+            dims = "x".join(str(v) for v in (r.get("dims") or {}).values())
+            key = (str(r.get("op")), str(r.get("dtype")), f"{dims} {r.get('dtype')} {r.get('layout', '')}")
+        points.setdefault(key, {})[str(r.get("impl"))] = float(r["wall_us"])
+    return points
+
+
+def ranking_table(document: Mapping[str, Any]) -> str:
+    """Per op and dtype: how many signatures were measured, which candidate was fastest by wall
+    time how often, and the fastest kernel's wall time over the peer's (geometric mean)."""
+    groups: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for (op, dtype, _), walls in ranking_points(document).items():
+        groups.setdefault((op, dtype), []).append(walls)
+    body = []
+    for (op, dtype), signatures in sorted(groups.items()):
+        fastest = tally(min(walls, key=walls.get) for walls in signatures)  # type: ignore[arg-type]
+        ratios = [walls["peer"] / min(v for k, v in walls.items() if k != "peer") for walls in signatures
+                  if "peer" in walls and len(walls) > 1]  # fmt: skip
+        body.append([op, SHORT_NAMES.get(dtype, dtype), str(len(signatures)), ", ".join(f"{k} {n}" for k, n in fastest),
+                     "-" if not ratios else f"{geomean(ratios):.2f}x"])  # fmt: skip
+    headers = ["op", "dtype", "signatures", "fastest by wall time (signatures)", "best kernel x peer (geomean)"]
+    return table(headers, body, [False, False, True, False, True])
+
+
+SUITE_TABLES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "timer": timer_table,
+    "host": host_table,
+    "matmul": matmul_table,
+    "ranking": ranking_table,
+}

@@ -228,6 +228,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     in_process = _in_process_plugins(config)
     registry = build_registry(plugins=in_process)
+    check_selected_names(config, registry)  # before any item or runner: a typo is a usage error
     plugin_files = [(n, p.__file__) for n, p in in_process if getattr(p, "__file__", None)]
     state = Session(
         registry=registry,
@@ -294,6 +295,48 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     if state is None or session.config.option.collectonly:
         return
     state.plan([item.stash[spec_key] for item in session.items if spec_key in item.stash])
+
+
+SELECTION_OPTIONS = (("op", "tkreg_op"), ("kernel", "tkreg_kernel"), ("plugin", "tkreg_plugin"))
+USAGE_ERROR_KEY = "tkreg_usage_error"  # in a pytest-xdist worker's output
+
+
+def check_selected_names(config: pytest.Config, registry: Any) -> None:
+    """Raise pytest.UsageError (exit status 4) for a --tkreg-op, --tkreg-kernel or --tkreg-plugin
+    name the registry does not have, listing the known names and the closest one: a typo must not
+    quietly select nothing."""
+    from ..core.loading import ENV_VAR, selected_names, unknown_names_message
+
+    known = {
+        "op": [op.name for op in registry.ops()],
+        "kernel": [kernel.name for kernel in registry.kernels()],
+        # a plugin that failed to load is known: its problem is an item of the run
+        "plugin": [p.name for p in registry.plugins] + [p.plugin.name for p in registry.problems],
+    }
+    errors = []
+    for kind, option in SELECTION_OPTIONS:
+        unknown = [n for n in dict.fromkeys(_names(config.getoption(option))) if n not in known[kind]]
+        if unknown:
+            errors.append(f"--tkreg-{kind}: {unknown_names_message(kind, unknown, set(known[kind]))}")
+    if not errors:
+        return
+    if registry.problems:
+        errors.append(f"({len(registry.problems)} plugin problem(s): what those plugins register is missing; see `tkreg doctor`)")
+    if selected_names() is not None:
+        errors.append(f"({ENV_VAR}={os.environ.get(ENV_VAR, '')!r} limits the installed plugins loaded)")
+    message = "\n".join(errors)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: its controller raises it again
+        config.workeroutput[USAGE_ERROR_KEY] = message
+    raise pytest.UsageError(message)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller collects nothing, so it never sees an unknown name itself; a worker
+    that found one hands the usage error back, and the whole run ends with it (exit status 4)."""
+    message = getattr(node, "workeroutput", {}).get(USAGE_ERROR_KEY)
+    if message:
+        raise pytest.UsageError(message)
 
 
 def _progress_writer(config: pytest.Config) -> Callable[[str], None]:
@@ -363,7 +406,7 @@ class OutcomeCounter:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not config.getoption("tkreg"):
+    if not config.getoption("tkreg") or exitstatus == pytest.ExitCode.USAGE_ERROR:  # the error says it all
         return
     from ..core.platform import current
     from .runners import bench_table
@@ -383,6 +426,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             parts.append(f"{kind} ({place}): {tally}")
     terminalreporter.write_sep("-", "tkreg summary")
     terminalreporter.write_line("; ".join(parts) if parts else "tkreg: no items ran")
+    from ..core.loading import unknown_plugins_message
+
+    selection_warning = unknown_plugins_message()  # here, not at collection: an xdist controller collects nothing
+    if selection_warning:
+        terminalreporter.write_line(f"warning: {selection_warning}", yellow=True)
     state = config.stash.get(session_key, None)
     if state is not None and state.runner_logs and config.stash[counter_key].failed:
         terminalreporter.write_line(f"runner logs of this run (kept because items failed): {state.runner_logs}")
@@ -406,6 +454,26 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
             report = write_report(state.results, report_dir)
             terminalreporter.write_line(f"benchmark report: {report.markdown} and {len(report.plots)} plots")
+    else:
+        _no_benchmarks(terminalreporter, config)
+
+
+def _no_benchmarks(terminalreporter: Any, config: pytest.Config) -> None:
+    """Say that the benchmark outputs asked for were not written, and why, rather than leave the
+    command line promising files that do not exist."""
+    asked = [f"--tkreg-{name.replace('_', '-')}" for name in ("report", "bench_md", "bench_jsonl")
+             if config.getoption(f"tkreg_{name}")]  # fmt: skip
+    if not asked:
+        return
+    from ..core.platform import current
+
+    if not config.getoption("tkreg_bench"):
+        why = "--tkreg-bench was not given"
+    elif not current().is_gpu:
+        why = "benchmarks need a CUDA GPU; this machine has none"
+    else:
+        why = "no benchmark item ran (see -m, -k and the --tkreg-* selection)"
+    terminalreporter.write_line(f"no benchmarks ran ({why}): {', '.join(asked)} wrote nothing")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -1,0 +1,88 @@
+"""The timer suite's verdicts and its own reading of a CUPTI trace, on made-up figures (the suite
+itself runs on a GPU: `tkreg bench timer`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tkreg.bench import timer
+
+
+def row(name: str, bound: str, ours: float, cupti: float) -> dict[str, Any]:
+    return {"workload": name, "bound": bound, "tkreg_ms": ours, "cupti_ms": cupti, "source": "CUPTI"}
+
+
+def test_each_bound_is_judged_with_its_own_tolerance() -> None:
+    rows = [
+        row("cuBLAS", "compute", 0.840, 0.851),  # -1.3%: within 3%
+        row("cuBLAS", "compute", 0.830, 0.851),
+        row("held-like", "compute", 0.718, 0.851),  # a hold before every repetition read it 16% fast
+        row("add 16384^2", "memory", 1.0594, 1.0562),  # +0.3%
+        row("sum 16384^2", "memory", 0.3600, 0.3527),  # +2.1%
+        row("add_tma 1024^2", "memory", 0.0100, 0.0068),  # short: 3.2 us over
+        row("add_tma 1024^2 do_bench-like", "memory", 0.0873, 0.0068),  # a launcher's host time counted
+    ]
+    checks = timer.check(rows)
+    verdicts = {detail.split(":")[0]: ok for _, ok, detail in checks}
+    assert verdicts == {
+        "cuBLAS": True,
+        "held-like": False,
+        "add 16384^2": True,
+        "sum 16384^2": False,
+        "add_tma 1024^2": True,
+        "add_tma 1024^2 do_bench-like": False,
+    }
+    summary = timer.per_bound(checks)
+    assert [line.split(" (")[0] for line in summary] == [
+        "FAIL compute-bound: tkreg within 3% of CUPTI",
+        "FAIL memory-bound: tkreg within 0.5% of CUPTI",
+        "FAIL short kernels: tkreg within 5 us of CUPTI",
+    ]
+    assert "held-like" in summary[0] and "cuBLAS" not in summary[0]
+
+
+def test_host_time_after_cupti_traces_must_stay_what_it_was() -> None:
+    costs = {"workload": "add 1024x1024", "host_us_before_cupti": 11.6}
+    assert timer.host_check({**costs, "host_us_after_cupti": 13.5})[1]  # within 10% and 1 us
+    _, ok, detail = timer.host_check({**costs, "host_us_after_cupti": 20.2})  # CUPTI left attached
+    assert not ok and "11.60 us before, 20.20 us after" in detail
+
+
+@dataclass
+class Range:
+    start: float  # us, as torch.profiler's FunctionEvent has them
+    end: float
+
+    def elapsed_us(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Event:
+    name: str
+    time_range: Range
+    device_type: Any
+
+
+class Profile:
+    def __init__(self, events: list[Event]) -> None:
+        self._events = events
+
+    def events(self) -> list[Event]:
+        return self._events
+
+
+def test_the_suite_splits_the_trace_at_each_flush_and_sums_each_calls_kernels() -> None:
+    torch = pytest.importorskip("torch")
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    flush = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>"
+    spans = [("warm-up call", 0, 5), (flush, 10, 20), ("memset", 21, 22), ("gemm", 24, 30), (flush, 40, 50),
+             ("memset", 51, 52), ("gemm", 55, 60)]  # fmt: skip
+    events = [Event(name, Range(a, b), cuda) for name, a, b in spans] + [Event("cudaLaunchKernel", Range(0, 1), cpu)]
+    reading = timer.read_trace(Profile(events[::-1]), reps=2)  # any order: sorted by start
+    assert reading.per_call_ms == pytest.approx([0.007, 0.006])  # memset + gemm durations
+    assert reading.span_ms == pytest.approx([0.009, 0.009])  # first start to last end, the gap included
+    assert timer.read_trace(Profile(events), reps=3).per_call_ms == []  # fewer calls than repetitions: no figure

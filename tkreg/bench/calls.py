@@ -1,0 +1,186 @@
+"""What the suites time, made the way the benchmark items make it: an op's inputs from its own
+factory on the GPU (tkreg.testing.harness), its output, and calls of its peer, its kernels (at
+their launchers' own choice), ``tkreg.ops.<op>`` and ``torch.ops.tkreg.<op>``; plus host time per
+call of calls queued back to back. GPU only; torch is imported inside the functions."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import refs
+from ..core.dtypes import SHORT_NAMES
+from ..core.registry import Registry
+from ..core.specs import Case, Op
+from ..testing import harness
+
+Call = Callable[[], Any]
+HOST_WARM_CALLS = 20  # calls before the timed rounds (compiles, caches, plans)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One op's inputs: dims, dtype and the op's layout variant ("" or e.g. "weight"). Picklable,
+    so the compile workers of tkreg.bench.warm receive it."""
+
+    op: str
+    dims: tuple[tuple[str, int], ...]
+    dtype: str
+    variant: str = ""
+
+    @classmethod
+    def of(cls, op: str, dims: Mapping[str, int], dtype: str, variant: str = "") -> Signature:
+        return cls(op, tuple(dims.items()), dtype, variant)
+
+    @property
+    def case(self) -> Case:
+        return Case(dims=dict(self.dims), variant=self.variant)
+
+    @property
+    def shape(self) -> str:
+        return "x".join(str(v) for _, v in self.dims)
+
+    @property
+    def label(self) -> str:
+        variant = f"-{self.variant}" if self.variant else ""
+        return f"{self.op} {self.shape}{variant} {SHORT_NAMES.get(self.dtype, self.dtype)}"
+
+    @property
+    def size(self) -> int:
+        return math.prod(v for _, v in self.dims)
+
+
+def bench_signatures(op: Op) -> list[Signature]:
+    """The op's benchmark cases in its benchmark dtypes, as the main job's benchmark items run them."""
+    return [Signature.of(op.name, c.dims, dtype, c.variant) for c in op.cases_in("bench") for dtype in op.bench_dtypes]
+
+
+def make_inputs(registry: Registry, sig: Signature, seed: int = 0) -> tuple[Any, ...]:
+    op = registry.op(sig.op)
+    return harness.make_inputs(op, sig.case, sig.dtype, seed, "cuda", op.defaults)
+
+
+def make_output(registry: Registry, sig: Signature, inputs: tuple[Any, ...]) -> Any:
+    """The output a launcher writes into (poisoned, so an unwritten element shows)."""
+    op = registry.op(sig.op)
+    return harness.poisoned_output(op, inputs, op.defaults)
+
+
+def peer_call(op: Op, inputs: tuple[Any, ...], out: Any) -> Call | None:
+    """The op's peer writing into ``out``; None for an op without one."""
+    if op.peer is None:
+        return None
+    peer, params = refs.resolve(op.peer), op.defaults
+    return lambda: peer(*inputs, out=out, **params)
+
+
+def launchers(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str, Callable[..., Any]]:
+    """Every forward kernel's launcher that takes these inputs on this GPU, in lookup's order."""
+    return {kernel.name: kernel.load() for kernel in registry.lookup(op.name, inputs=inputs)}
+
+
+def launcher_call(op: Op, launcher: Callable[..., Any], inputs: tuple[Any, ...], out: Any = None) -> Call:
+    """A launcher at its own choice on ``inputs`` with the op's parameters at their defaults,
+    writing into ``out``; where ``out`` is None, into a new output per call, as a user's call
+    (and tkreg.ops) does: the launcher's own where it allocates one, else the op's make_output."""
+    params = op.defaults
+    if out is not None:
+        keywords = {**params, "out": out}
+        return lambda: launcher(*inputs, **keywords)
+    if allocates(launcher):
+        return lambda: launcher(*inputs, **params)
+    allocate = refs.resolve(op.make_output)
+    sizes = harness.accepted(allocate, params)
+    return lambda: launcher(*inputs, out=allocate(*inputs, **sizes), **params)
+
+
+def allocates(launcher: Callable[..., Any]) -> bool:
+    """Whether the launcher may be called without ``out`` (it allocates its output)."""
+    try:
+        out = inspect.signature(launcher).parameters.get("out")
+    except (TypeError, ValueError):  # no signature to read: let the call say
+        return True
+    return out is None or out.default is not inspect.Parameter.empty
+
+
+def kernel_calls(registry: Registry, op: Op, inputs: tuple[Any, ...], out: Any = None) -> dict[str, Call]:
+    """Every kernel that takes these inputs on this GPU (lookup's order), as launcher_call makes it."""
+    return {name: launcher_call(op, launcher, inputs, out) for name, launcher in launchers(registry, op, inputs).items()}
+
+
+def ops_call(op: Op, inputs: tuple[Any, ...]) -> Call:
+    """``tkreg.ops.<op>(*inputs)``: it allocates its output, and takes the op's parameters at
+    their defaults."""
+    from .. import ops
+
+    fn = ops.get(op.name)
+    return lambda: fn(*inputs)
+
+
+def torch_op_call(op: Op, inputs: tuple[Any, ...]) -> Call | None:
+    """``torch.ops.tkreg.<op>(*inputs)``, where tkreg.ops registered one."""
+    import torch
+
+    from .. import ops
+
+    ops.get(op.name)  # installs the torch operators
+    packet = getattr(torch.ops.tkreg, op.name, None) if op.name.isidentifier() else None
+    if packet is None:
+        return None
+    return lambda: packet(*inputs)
+
+
+def graph_replay(fn: Call) -> Call:
+    """``fn`` captured in a CUDA graph (after warm-up on a side stream); returns the replay."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+@dataclass(frozen=True)
+class HostTime:
+    per_call_us: float  # calls queued back to back, then one synchronize: what a loop of calls costs
+    queued_us: float  # the queueing alone: the host's work per call
+
+
+def host_time(fn: Call, calls: int, rounds: int) -> HostTime:
+    """Per call of ``calls`` calls queued back to back, the least of ``rounds`` rounds (the host's
+    own noise only adds)."""
+    import torch
+
+    for _ in range(HOST_WARM_CALLS):
+        fn()
+    torch.cuda.synchronize()
+    per_call, queued = math.inf, math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        per_call, queued = min(per_call, (t2 - t0) / calls), min(queued, (t1 - t0) / calls)
+    return HostTime(per_call * 1e6, queued * 1e6)
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
+
+
+def say(text: str) -> None:
+    print(text, flush=True)

@@ -1,0 +1,122 @@
+"""The ``host`` suite: what a call costs the caller on small inputs, where the launcher's Python
+work, not the GPU, sets the pace.
+
+Per op, on an input of SIDE in every dim (256 x 256; 256^3 for matmul) in the op's first benchmark
+dtype: the op's peer (torch) writing into a given output; every kernel's launcher, output given
+and output allocated; ``tkreg.ops.<op>``; ``torch.ops.tkreg.<op>``; ``tkreg.ops.<op>`` replayed from
+a CUDA graph (what the same work costs with no Python at all); and a cached ``lookup``. Plus one
+reference row: a plain ``@triton.jit`` add launched as ``kernel[grid]``.
+
+Each figure: CALLS calls queued back to back, then one synchronize, per call; the least of ROUNDS
+rounds (``us_per_call``), and the queueing alone (``host_us``: the host's own work per call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..core.loading import default_registry
+from ..core.registry import Registry
+from ..core.specs import Op
+from .calls import (
+    Call,
+    Signature,
+    graph_replay,
+    host_time,
+    launcher_call,
+    launchers,
+    make_inputs,
+    make_output,
+    ops_call,
+    peer_call,
+    say,
+    torch_op_call,
+)
+from .suites import Deadline, Measured
+
+SIDE = 256  # every dim: small enough that the host, not the GPU, sets the pace
+CALLS = 1000
+ROUNDS = 5
+
+
+def signature(op: Op) -> Signature | None:
+    """The op's small input: its benchmark cases' dims, each SIDE, in its first benchmark dtype."""
+    cases = op.cases_in("bench") or op.cases
+    if not cases:
+        return None
+    return Signature.of(op.name, {name: SIDE for name in cases[0].dims}, op.bench_dtypes[0])
+
+
+def signatures(registry: Registry) -> list[Signature]:
+    return [s for s in (signature(op) for op in registry.ops()) if s is not None]
+
+
+def paths(registry: Registry, op: Op, sig: Signature) -> list[tuple[str, Callable[[], Call | None], bool]]:
+    """(what, a function making the call, is the peer) for one op on its small input. The calls are
+    made when their turn comes, so one that cannot be made here (a graph that cannot be captured)
+    fails its own row only."""
+    inputs = make_inputs(registry, sig)
+    out = make_output(registry, sig, inputs)
+    found: list[tuple[str, Callable[[], Call | None], bool]] = [
+        (f"{op.peer_name} (the peer), output given", lambda: peer_call(op, inputs, out), True)
+    ]
+    for name, launcher in launchers(registry, op, inputs).items():
+        found.append((f"{name}, output given", lambda f=launcher: launcher_call(op, f, inputs, out), False))
+        found.append((f"{name}, output allocated", lambda f=launcher: launcher_call(op, f, inputs), False))
+    found.append((f"tkreg.ops.{op.name}", lambda: ops_call(op, inputs), False))
+    found.append((f"torch.ops.tkreg.{op.name}", lambda: torch_op_call(op, inputs), False))
+    found.append((f"tkreg.ops.{op.name} replayed from a CUDA graph", lambda: graph_replay(ops_call(op, inputs)), False))
+    lookup: Call = lambda: registry.lookup(op.name, inputs=inputs)  # noqa: E731 (a call, as the others)
+    found.append(("lookup of the kernels for these inputs, cached", lambda: lookup, False))
+    return found
+
+
+def plain_kernel_call() -> Callable[[], Any]:
+    """A plain @triton.jit add of two 256 x 256 fp32 tensors launched as kernel[grid]: what a
+    hand-written launch costs, for comparison with the launchers."""
+    import torch
+    import triton
+
+    from .plain_kernel import add_kernel
+
+    a, b = (torch.randn(SIDE, SIDE, device="cuda") for _ in range(2))
+    c = torch.empty_like(a)
+    n, block = a.numel(), 1024
+    grid = (triton.cdiv(n, block),)
+    return lambda: add_kernel[grid](a, b, c, n, BLOCK=block)
+
+
+def measure(deadline: Deadline) -> Measured:
+    from .. import ops
+
+    registry = default_registry()
+    rows: list[dict[str, Any]] = []
+    decisions = []
+    for op in registry.ops():
+        sig = signature(op)
+        if sig is None:
+            continue
+        deadline.check(f"op {op.name}")
+        for what, make, is_peer in paths(registry, op, sig):
+            row: dict[str, Any] = {"op": op.name, "path": what, "shape": sig.shape, "dtype": sig.dtype, "peer": is_peer}
+            try:
+                call = make()
+                if call is None:
+                    continue
+                figures = host_time(call, CALLS, ROUNDS)
+            except Exception as e:  # a path that cannot run here is a finding: its row says why
+                rows.append({**row, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                say(f"  {op.name} {sig.shape}: {what}: {rows[-1]['error']}")
+                continue
+            rows.append({**row, "us_per_call": round(figures.per_call_us, 2), "host_us": round(figures.queued_us, 2)})
+            say(f"  {op.name} {sig.shape}: {what}: {figures.per_call_us:.1f} us per call ({figures.queued_us:.1f} queueing)")
+        decisions.append(ops.explain(op.name, *make_inputs(registry, sig)))
+    deadline.check("the plain kernel")
+    figures = host_time(plain_kernel_call(), CALLS, ROUNDS)
+    rows.append({"op": "(reference)", "path": "plain @triton.jit add, kernel[grid]", "shape": f"{SIDE}x{SIDE}",
+                 "dtype": "float32", "peer": False, "us_per_call": round(figures.per_call_us, 2),
+                 "host_us": round(figures.queued_us, 2)})  # fmt: skip
+    notes = (f"{CALLS} calls queued back to back then one synchronize, per call, least of {ROUNDS} rounds (us_per_call); "
+             "host_us: the queueing alone. What tkreg.ops decided at these inputs: " + " / ".join(decisions))  # fmt: skip
+    return Measured(kind="host_overhead", rows=rows, notes=notes)

@@ -1,0 +1,167 @@
+"""The ``matmul`` suite: matmul on model shapes, tkreg's choice against cuBLAS.
+
+Cases: the matmul op's benchmark cases (Llama-3-8B's projections at M = 16, 128, 2048 and 16384
+tokens, B as a (K, N) matrix and as the transposed view of an (N, K) weight, as F.linear passes
+it; 3000 x 5000 x 2000; 8192 x 8192 x K), plus every projection at M = 64; in bf16 and fp16.
+Per case and dtype: cuBLAS (the op's peer, torch.matmul), ``tkreg.ops.matmul`` (whatever its
+dispatch picks, output allocated as a user's call does), and every registered kernel at its
+launcher's own choice. Device time by tkreg.testing.timing.DeviceTimer as the benchmark items
+measure it (L2 flushed before each call, so a weight comes from DRAM as in a forward pass; CUPTI's
+span of the call; median), with a shorter measurement (TIMER_MS of repetitions). Every output is
+checked against the float64 product with the op's tolerance (``ok``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ..core.loading import default_registry
+from ..core.registry import Registry
+from ..core.specs import Case, Op
+from ..testing import harness
+from ..testing.checking import compare
+from .calls import Signature, geomean, launcher_call, launchers, make_inputs, make_output, ops_call, peer_call, say
+from .suites import Deadline, Measured, SuiteFailed
+
+OP = "matmul"
+DTYPES = ("bfloat16", "float16")
+EXTRA_M = 64  # decode with a larger batch: not among the op's benchmark token counts
+WEIGHT_VARIANT = "weight"  # B = W.t(), W an (N, K) row-major weight
+LAYOUTS = {"": "kn", WEIGHT_VARIANT: "nk"}
+TIMER_MS = 40.0  # device time of the measured repetitions per timing (the benchmark items: 100)
+WARMUP_MS = 3.0  # the warm-up step compiled every variant already
+MAX_REPS = 100  # a median of 100 is steady to well under 1%; the flushes would cost the rest
+PEER = "cuBLAS"
+OPS = "tkreg.ops"
+
+
+def cases(op: Op) -> list[Case]:
+    """The op's benchmark cases, then each weight-layout projection's (N, K) at M = EXTRA_M in
+    both layouts."""
+    found = list(op.cases_in("bench"))
+    projections = dict.fromkeys((c.dims["N"], c.dims["K"]) for c in found if c.variant == WEIGHT_VARIANT)
+    for n, k in projections:
+        for variant in LAYOUTS:
+            extra = Case(dims={"M": EXTRA_M, "N": n, "K": k}, variant=variant)
+            if extra not in found:
+                found.append(extra)
+    return found
+
+
+def dtypes_of(op: Op) -> list[str]:
+    return [d for d in DTYPES if d in op.dtypes]
+
+
+def signatures(registry: Registry) -> list[Signature]:
+    if OP not in {op.name for op in registry.ops()}:
+        return []
+    op = registry.op(OP)
+    return [Signature.of(OP, c.dims, dtype, c.variant) for c in cases(op) for dtype in dtypes_of(op)]
+
+
+def calls_of(explanation: str) -> str:
+    """Which kernel ``tkreg.ops.explain`` says a call runs ("peer" for the op's peer)."""
+    words = explanation.split()
+    if " calls its peer" in explanation or len(words) < 3:
+        return "peer"
+    return words[2]
+
+
+def time_case(registry: Registry, timer: Any, sig: Signature, deadline: Deadline) -> list[dict[str, Any]]:
+    """Every implementation on one case and dtype: device time, TFLOP/s, ratio to cuBLAS, correctness."""
+    import torch
+
+    from .. import ops
+
+    op = registry.op(OP)
+    inputs = make_inputs(registry, sig)
+    # the best a kernel can return is the exact product rounded once to the output's dtype
+    expected = harness.float64_reference(op, inputs)[0].to(getattr(torch, sig.dtype)).double()
+    tolerance = op.tolerance(sig.dtype, sig.case)
+    dims = dict(sig.dims)
+    base = {"M": dims["M"], "N": dims["N"], "K": dims["K"], "layout": LAYOUTS.get(sig.variant, sig.variant), "dtype": sig.dtype}
+    flops = 2.0 * dims["M"] * dims["N"] * dims["K"]
+    rows, peer_ms = [], None
+    impls: list[tuple[str, Any, Any, dict[str, Any]]] = []
+    out = make_output(registry, sig, inputs)
+    impls.append((PEER, peer_call(op, inputs, out), lambda o=out: o, {}))
+    ops_fn = ops_call(op, inputs)
+    if ops_fn is not None:
+        impls.append((OPS, ops_fn, None, {"calls": calls_of(ops.explain(OP, *inputs))}))
+    for name, launcher in launchers(registry, op, inputs).items():
+        kernel_out = make_output(registry, sig, inputs)
+        impls.append((name, launcher_call(op, launcher, inputs, kernel_out), lambda o=kernel_out: o, {}))
+    for impl, fn, output, extra in impls:
+        if fn is None:
+            continue
+        deadline.check(f"{impl} on {sig.label}")
+        try:
+            result = fn()
+            written = output() if output is not None else result
+            torch.cuda.synchronize()
+            comparison = compare(written, expected, tolerance, unwritten=harness.unwritten_mask(written))
+            ms = device_ms(timer, fn)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # one implementation failing is a finding: its row says why
+            rows.append({**base, "impl": impl, **extra, "ok": False, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            say(f"  {sig.label} {impl}: {type(e).__name__}: {e}")
+            continue
+        peer_ms = ms if impl == PEER else peer_ms
+        row = {**base, "impl": impl, **extra, "ms": ms, "tflops": flops / ms * 1e-9, "ok": comparison.ok}
+        if peer_ms is not None:
+            row["vs_cublas"] = peer_ms / ms
+        if not comparison.ok:
+            row["error"] = comparison.report().splitlines()[0]
+            say(f"  WRONG {sig.label} {impl}: {row['error']}")
+        rows.append(row)
+    return rows
+
+
+def device_ms(timer: Any, fn: Any) -> float:
+    """Median device time (ms), as DeviceTimer.measure takes it but with at most MAX_REPS
+    repetitions: a decode-sized call is a few microseconds behind an L2 flush ten times longer."""
+    import torch
+
+    reps = min(MAX_REPS, timer.reps_for(timer.warmup(fn)))
+    read = timer.queue(fn, reps)
+    torch.cuda.synchronize()
+    return statistics.median(read())
+
+
+def summary_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per implementation and dtype: the geometric mean and the lowest of the ratios to cuBLAS."""
+    ratios: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        if r["impl"] != PEER and "vs_cublas" in r:
+            ratios.setdefault(r["impl"], {}).setdefault(r["dtype"], []).append(r["vs_cublas"])
+    return {impl: {dtype: {"geomean": geomean(v), "lowest": min(v), "cases": len(v)} for dtype, v in by_dtype.items()}
+            for impl, by_dtype in ratios.items()}  # fmt: skip
+
+
+def measure(deadline: Deadline) -> Measured:
+    import torch
+
+    from ..testing.timing import DeviceTimer
+
+    registry = default_registry()
+    if OP not in {op.name for op in registry.ops()}:
+        raise SuiteFailed(f"no {OP!r} op is registered")
+    timer = DeviceTimer(target_ms=TIMER_MS, warmup_ms=WARMUP_MS)
+    rows: list[dict[str, Any]] = []
+    sigs = signatures(registry)
+    for i, sig in enumerate(sigs):
+        rows += time_case(registry, timer, sig, deadline)
+        torch.cuda.empty_cache()
+        if i % 8 == 7:
+            say(f"  {i + 1} of {len(sigs)} cases")
+    summary = summary_of(rows)
+    for impl, by_dtype in summary.items():
+        ratios = ", ".join(f"{d} {s['geomean']:.3f}x cuBLAS (lowest {s['lowest']:.2f})" for d, s in by_dtype.items())
+        say(f"  {impl}: {ratios}")
+    wrong = [f"{r['impl']} {r['M']}x{r['N']}x{r['K']} {r['layout']} {r['dtype']}" for r in rows if not r["ok"]]
+    notes = (f"device time: tkreg.testing.timing.DeviceTimer (L2 flushed, CUPTI span, median, {TIMER_MS:g} ms of repetitions); "
+             "layout kn: B is (K, N) row-major; nk: B is the transposed view of an (N, K) weight. "
+             f"tkreg.ops allocates its output. Outputs wrong or failed: {', '.join(wrong) or 'none'}.")  # fmt: skip
+    return Measured(kind="matmul_models", rows=rows, notes=notes, summary={"vs_cublas": summary})

@@ -1,0 +1,150 @@
+"""The ``ranking`` suite: what tkreg.ops' wall-time ranking (tkreg.ops.walltime) reads, measured on
+this GPU: per input signature, every registered kernel that takes the inputs and the op's peer.
+
+Signatures: every op's benchmark cases (no layout variant) in its benchmark dtypes, plus the
+shapes between and below them that calls from a model meet (EXTRA_SHAPES; for matmul also with B
+the transposed view of an (N, K) weight, as F.linear passes it). Each call allocates its output,
+as a user's call does. Per candidate:
+
+- ``wall_us``: triton.testing.do_bench's median, L2 flushed, launcher included;
+- ``device_us``: tkreg.testing.timing.DeviceTimer.queue (L2 flushed, CUPTI's span of the call),
+  median of DEVICE_REPS, with the warm-up replaced by three held single calls;
+- ``host_us``: the median per-call time of HOST_CALLS back-to-back calls queued behind a GPU hold.
+
+The file is a tkreg.report.records envelope of kind "ops_ranking", the format of
+``tkreg/ops/measured/<device>.json``. A candidate that cannot be timed is named in ``meta``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.loading import default_registry
+from ..core.registry import Registry
+from .calls import Signature, kernel_calls, launcher_call, make_inputs, say
+from .suites import Deadline, Measured
+
+KIND = "ops_ranking"  # tkreg.ops.walltime.KIND
+EXTRA_SHAPES: dict[str, list[dict[str, int]]] = {
+    "sum_row": [{"M": 100000, "N": 300}, {"M": 1, "N": 65536}, {"M": 32, "N": 1048576}, {"M": 2048, "N": 2048},
+                {"M": 256, "N": 256}],
+    "add": [{"M": 1024, "N": 1024}, {"M": 4096, "N": 4096}, {"M": 256, "N": 256}],
+    "matmul": [{"M": 128, "N": 4096, "K": 4096}, {"M": 1000, "N": 1000, "K": 1000}, {"M": 256, "N": 256, "K": 256}],
+}  # fmt: skip
+WEIGHT_LAYOUT_OPS = {"matmul": "weight"}  # op -> its variant for B = W.t(): the extra shapes run in it too
+DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS = 5, 25
+DEVICE_REPS = 10
+HOST_CALLS = 20
+HOLD_CYCLES = int(2e6)  # about a millisecond of GPU spin: the timed calls below only queue work
+PEER = "peer"  # tkreg.ops.walltime.PEER
+
+
+def signatures(registry: Registry) -> list[Signature]:
+    """Every covered signature, benchmark cases first, per op."""
+    found: list[Signature] = []
+    for op in registry.ops():
+        shapes = [dict(c.dims) for c in op.cases_in("bench") if not c.variant]
+        shapes += [s for s in EXTRA_SHAPES.get(op.name, []) if s not in shapes]
+        found += [Signature.of(op.name, dims, dtype) for dims in shapes for dtype in op.bench_dtypes]
+        variant = WEIGHT_LAYOUT_OPS.get(op.name)
+        if variant:
+            found += [Signature.of(op.name, dims, dtype, variant) for dims in EXTRA_SHAPES[op.name] for dtype in op.bench_dtypes]
+    return found
+
+
+def candidates(registry: Registry, sig: Signature, inputs: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
+    """Each kernel that takes these inputs here, and the peer, allocating their output."""
+    from ..core import refs
+
+    op = registry.op(sig.op)
+    calls = kernel_calls(registry, op, inputs)
+    if op.peer is not None:
+        calls[PEER] = launcher_call(op, refs.resolve(op.peer), inputs)  # the peer takes an output, as a launcher does
+    return calls
+
+
+@dataclass
+class Timing:
+    wall_us: float
+    device_us: float
+    host_us: float
+
+
+def host_us(fn: Callable[[], Any]) -> float:
+    """Median host time per call of back-to-back calls, queued behind a hold so the launch queue
+    never fills and blocks a call."""
+    import torch
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(HOLD_CYCLES)
+    times = []
+    for _ in range(HOST_CALLS):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
+def time_call(fn: Callable[[], Any], timer: Any) -> Timing:
+    """Wall, device and host time of ``fn`` (already run once). The timer's warm-up is replaced by
+    the host time just measured and a device-time estimate from three held single calls."""
+    import torch
+    import triton.testing
+
+    wall_ms = triton.testing.do_bench(fn, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median")
+    host = host_us(fn)
+    timer.host_ms = host / 1e3
+    timer.estimate_ms = statistics.median(timer.once(fn)[0] for _ in range(3))
+    read = timer.queue(fn, DEVICE_REPS)
+    torch.cuda.synchronize()
+    return Timing(wall_ms * 1e3, statistics.median(read()) * 1e3, host)
+
+
+def layout_of(registry: Registry, sig: Signature, inputs: tuple[Any, ...]) -> str:
+    """The layout class the ranking keys points by (tkreg.ops.forms)."""
+    from ..ops.forms import form_for
+
+    return form_for(registry.op(sig.op)).layout(inputs)
+
+
+def measure(deadline: Deadline) -> Measured:
+    import torch
+
+    from ..testing.timing import DeviceTimer
+
+    registry = default_registry()
+    timer = DeviceTimer()
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    sigs = signatures(registry)
+    say(f"  {len(sigs)} signatures")
+    for sig in sigs:
+        deadline.check(sig.label)
+        inputs = make_inputs(registry, sig)
+        layout = layout_of(registry, sig, inputs)
+        for name, call in candidates(registry, sig, inputs).items():
+            try:
+                call()
+                torch.cuda.synchronize()
+                timing = time_call(call, timer)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as e:  # recorded: the ranking then has no point for this candidate
+                failures.append(f"{sig.label} {name}: {type(e).__name__}: {str(e)[:200]}")
+                say(f"  could not time {failures[-1]}")
+                continue
+            rows.append({"op": sig.op, "impl": name, "dtype": sig.dtype, "dims": dict(sig.dims), "layout": layout,
+                         "wall_us": round(timing.wall_us, 3), "device_us": round(timing.device_us, 3),
+                         "host_us": round(timing.host_us, 3)})  # fmt: skip
+        del inputs
+    notes = ("wall: triton.testing.do_bench median (L2 flushed, launcher included); device: "
+             "tkreg.testing.timing.DeviceTimer.queue (L2 flushed; CUPTI's span of the call where it traces); host: median "
+             "perf_counter per call of back-to-back calls. Each call allocates its output, as a user's call does.")  # fmt: skip
+    say(f"  {len(rows)} candidate-signatures measured, {len(failures)} could not be timed")
+    return Measured(kind=KIND, rows=rows, notes=notes, meta={"not_timed": failures})

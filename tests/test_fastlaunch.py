@@ -6,7 +6,7 @@ and a fake compiler whose "compiled kernel" has triton's real CudaLauncher wrapp
 recorder in place of the C launch function. So the ordinary path and the fast path hand their
 arguments to the same recorder, and the tests compare what each would have launched. The
 specialization key is tested against triton's own cache key; the interpreter fallback runs real
-kernels on the CPU. The end-to-end check on a GPU is scripts/gpu/launch_overhead.py.
+kernels on the CPU. The end-to-end check on a GPU is `tkreg bench host`.
 """
 
 from __future__ import annotations

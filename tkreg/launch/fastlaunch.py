@@ -1,6 +1,6 @@
 """Launch a ``@triton.jit`` or ``@gluon.jit`` kernel with little host work per call.
 
-``kernel[grid](*args, **kw)`` spends about 15 us per call on an H100 host (issue #12), nearly all
+``kernel[grid](*args, **kw)`` spends about 15 us per call on an H100 host (2026-11-23), nearly all
 in Python: binding the arguments, specializing each one, building and hashing the cache key,
 reading knobs, preparing launch metadata for hooks nobody registered, and, for Gluon kernels,
 encoding a CUtensorMap per TMA descriptor on every call. A :class:`Launcher` does that work once

@@ -3,8 +3,8 @@ torch.profiler), and the per-repetition spans the device timer reads from them.
 
 Why CUPTI: CUDA events on a stream time the stream, and a kernel on a stream starts 2-6 us after
 the kernel before it ends (its launch, and on Hopper the switch of shared-memory layout for a
-kernel that needs one); events cannot leave that out wherever they are put (run 8 of 2026-11-23,
-scripts/gpu/check_timing.py). CUPTI stamps each activity when it starts and ends on the GPU, as
+kernel that needs one); events cannot leave that out wherever they are put (H100, 2026-11-23;
+notes/tuning.md, "The device timer"). CUPTI stamps each activity when it starts and ends on the GPU, as
 Nsight Systems shows it. Only torch's profiler is used (no extra package): its raw Kineto events,
 without the per-event Python objects ``prof.events()`` would build.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 # Kineto leaves CUPTI attached after a trace unless told to tear it down, and an attached CUPTI
 # adds its callbacks' cost to every later launch: a 1024^2 add's launcher went from 11.6 to
-# 20.2 us per call after the first trace (H100, run 12 of 2026-11-23), which every wall time
+# 20.2 us per call after the first trace (H100, 2026-11-23), which every wall time
 # measured later in the same process would carry.
 TEARDOWN_ENV = "TEARDOWN_CUPTI"
 

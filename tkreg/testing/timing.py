@@ -12,10 +12,10 @@ What is read per repetition is CUPTI's span of the call's GPU work, from its fir
 to its last kernel's end (tkreg.testing.cupti, through torch.profiler): the kernel durations Nsight Systems
 shows, with the gaps between a call's own kernels included. CUDA events around the work read the
 stream instead, which adds the kernel's launch behind the previous kernel (2-6 us on an H100:
-cuBLAS bf16 4096^3, 0.17 ms, +3.4%; a 0.35 ms row sum +0.8%; run 8 of 2026-11-23), whatever their
+cuBLAS bf16 4096^3, 0.17 ms, +3.4%; a 0.35 ms row sum +0.8%; H100, 2026-11-23), whatever their
 placement. Tracing is not free either: it slows a few kernels (torch's row sum of 1048576 x 32
-fp32: 0.2354 ms under CUPTI, 0.2282 ms by untraced events that include its launch, run 16 of
-2026-11-23; 3.2-3.7% over runs 13-16), which check_timing shows beside the others. Events still bracket every
+fp32: 0.2354 ms under CUPTI, 0.2282 ms by untraced events that include its launch, H100,
+2026-11-23; 3.2-3.7% over four runs), which ``tkreg bench timer`` shows beside the others. Events still bracket every
 call (their times are ``stream_ms``): they are the device time where CUPTI cannot trace (no
 Kineto, another profiler running in the process; ``cupti_error`` says why). Without CUPTI, in the
 graph of repetitions, one pair goes around the flush and the call and one around a flush alone,
@@ -26,12 +26,12 @@ if its launcher is slower than the GPU's share of a repetition, a hold (a spin k
 each batch of repetitions gives the host the head start it needs to queue the whole batch before
 the GPU reaches it, so host time lands neither inside the events nor between a call's kernels.
 
-Why not a hold before every repetition (runs 10-13): it kept the GPU almost idle for 250 us before
+Why not a hold before every repetition (the method of 2026-11-23's earlier runs): it kept the GPU almost idle for 250 us before
 each repetition, and compute-bound kernels then read 11-16% faster than do_bench and CUPTI's
 kernel durations (cuBLAS bf16 8192x8192x4096: 0.718 ms against 0.807 and 0.851). An idle GPU stays
 under its power cap and keeps its top clocks; a GPU working back to back does not.
-``scripts/gpu/check_timing.py`` measures that (SM clock, power, CUPTI durations under each
-method) and checks this timer against do_bench and CUPTI.
+``tkreg bench timer`` checks this timer against do_bench and CUPTI (notes/tuning.md, "The device
+timer", has the clock and power measurements).
 
 Wall time (:meth:`DeviceTimer.queue_wall`, :meth:`DeviceTimer.wall`): the call itself, launcher
 included, L2 flushed and CUDA events around each call, calls queued back to back from Python with
@@ -344,7 +344,7 @@ class DeviceTimer:
         Each repetition is an L2 flush, then the call between events. Where CUPTI is not to be
         read and ``flush_in_bracket`` is set, the events go around the flush and the call, and a
         second pair around a flush alone follows: the call's time is the first less the median of
-        the second, so the events' own cost cancels (check_timing compares the two)."""
+        the second, so the events' own cost cancels."""
         torch = self._torch
         bracket_flush = self.flush_in_bracket and not self.cupti
 
@@ -524,7 +524,7 @@ def copy_ms(timer: DeviceTimer, *, graphs: bool = False) -> float:
     caller; ``graphs``: from a CUDA graph where it can be captured, as other work is timed.
 
     The ceiling is the first: a captured copy_ becomes a graph memcpy node, which ran at 2288 GB/s
-    where the same copy queued by a caller ran at 3027 (H100, run 16 of 2026-11-23), so kernels
+    where the same copy queued by a caller ran at 3027 (H100, 2026-11-23), so kernels
     read up to 136% of that "ceiling"."""
     import torch
 

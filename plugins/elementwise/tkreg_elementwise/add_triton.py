@@ -30,7 +30,7 @@ from tkreg.launch.tma import TRITON_TYPE
 from .add_checks import checked_output
 
 # Launch parameters. BLOCK elements per program; provisional values from the tutorials' vector
-# add (1024 to 4096 per program), to be settled by scripts/gpu/add_sweep.py on the H100.
+# add (1024 to 4096 per program), settled on the H100 (notes/tuning.md, "add").
 LARGE_CONFIG: dict[str, int] = {"BLOCK": 4096, "num_warps": 8}
 SMALL_CONFIG: dict[str, int] = {"BLOCK": 1024, "num_warps": 4}
 # Below this many elements a 4096-element block leaves fewer than ~8 programs per SM of an H100

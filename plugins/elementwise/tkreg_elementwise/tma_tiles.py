@@ -6,7 +6,7 @@ Program p handles the ``per_program`` consecutive tiles p * per_program, p * per
 of the row-major grid of (XBLOCK, YBLOCK) tiles, and the launch has one program per such run.
 The hardware starts programs in order, so the tiles in flight at any moment are one compact
 stretch of memory. A persistent grid (one program per SM, tiles p, p + P, p + 2P, ...) was 3-4%
-slower at 32768^2 on an H100 whatever the tile, depth or programs per SM (notes/tuning.md, run 7).
+slower at 32768^2 on an H100 whatever the tile, depth or programs per SM (notes/tuning.md, "add").
 """
 
 from __future__ import annotations

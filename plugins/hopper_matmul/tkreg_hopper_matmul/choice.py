@@ -27,7 +27,7 @@ TABLE_FILE = "choice.json"
 TABLE_KIND = "hopper_choice"
 NEAR = 0.75  # log2 units: e.g. within a factor 1.68 in one size, the others equal
 MODEL_MARGIN = 0.15
-# Grouped-8 measured best or within 2% of the best on every shape of issue 13 (H100, bf16).
+# Grouped-8 measured best or within 2% of the best on every shape of the Llama-3-8B projection suite (H100, bf16).
 MODEL_SCHEDULER = "grouped-8"
 
 

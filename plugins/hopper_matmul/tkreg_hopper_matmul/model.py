@@ -8,7 +8,7 @@ BLOCK_K flops of wgmma; the step takes the longer of the two:
 
     t_step = max(flops / SM_FLOPS, bytes / SM_L2_BYTES)
 
-Two constants fit the three tiles measured on the H100 (run 1, 4096^3 bf16, do_bench, ratios to the
+Two constants fit the three tiles measured on the H100 (2026-11-22, 4096^3 bf16, do_bench, ratios to the
 128x256 tile): SM_FLOPS is where the 128x256 tile (11.7 bytes per kFLOP) runs, compute-bound;
 SM_L2_BYTES is what makes 128x128 (15.6 B/kFLOP) reach 0.87 of it and 64x128 (23.4 B/kFLOP) 0.60
 (measured 0.87 and 0.60). A unit ends with its epilogue (the tile through shared memory to a TMA
@@ -19,7 +19,7 @@ fp32 workspace) at DRAM_BYTES; split-K adds the reduction kernel (a launch and i
 Time = max(program, DRAM) + reduction, each with a fixed start-up latency.
 
 The scheduler is not modelled: L2 reuse across units depends on it, and grouped-8 measured best or
-within 2% of the best on every shape of issue 13; the measured table decides where it is not.
+within 2% of the best on every shape of the Llama-3-8B projection suite; the measured table decides where it is not.
 """
 
 from __future__ import annotations

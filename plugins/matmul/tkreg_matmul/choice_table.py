@@ -1,7 +1,7 @@
 """Measured choice tables: for each shape of a benchmark suite, the parameters measured fastest there,
 and the look-up a launcher makes for the problem in front of it.
 
-A table is a JSON file in a plugin package, written by a GPU script (``scripts/gpu/matmul_suite.py``
+A table is a JSON file in a plugin package, written from GPU measurements (notes/tuning.md, "Tables built from measurements"
 writes ``$OUT/<kind>.json``) and copied into the package as it is::
 
     {"kind": "hopper_choice", "meta": {"device": ..., "date": ..., "command": ...},

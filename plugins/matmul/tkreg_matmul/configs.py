@@ -3,7 +3,7 @@
 The candidates are the tile shapes of Triton's matmul tutorial (03-matrix-multiplication.py, CUDA
 autotune list) plus two narrow-M tiles for decode-like problems. The choice, as for the Hopper kernel
 (tkreg_hopper_matmul.choice), takes the measured table ``triton_choice.json`` where a suite shape is
-near (written by ``scripts/gpu/matmul_suite.py``) and otherwise the model below:
+near (measured on a GPU; notes/tuning.md, "Tables built from measurements") and otherwise the model below:
 
     time = max(waves x per-program time, DRAM time) + START_S
 
@@ -11,7 +11,7 @@ A program computes one BLOCK_M x BLOCK_N tile over K; ``occupancy`` programs sha
 its shared memory holds, at most MAX_OCCUPANCY), so a wave is SMs x occupancy programs and each
 runs at 1/occupancy of the SM's rate. The SM's rate for a config is the lower of its tensor-core
 issue rate (a warpgroup of 4 warps issues less than two: MMA_FLOPS) and what L2 feeds it for the
-tile's bytes per flop (SM_L2_BYTES): with run 1's 8192^3 bf16 figures (640, 435, 277 TFLOP/s for
+tile's bytes per flop (SM_L2_BYTES): with the 8192^3 bf16 figures of 2026-11-22 (H100) (640, 435, 277 TFLOP/s for
 128x256 w8, 128x128 w4, 64x64 w4) the model gives 640, 435 and 309.
 """
 

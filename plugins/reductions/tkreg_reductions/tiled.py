@@ -37,7 +37,7 @@ from .checks import next_power_of_2, validate
 # Bytes one program loads per column step: enough independent 16-byte loads in flight per SM.
 TILE_BYTES = 16384
 # Widest column block: 16 KB of a row per step; wider rows take several steps, one row per
-# program (run 3 on an H100, 2026-11-22: 16384^2 read at 3050 GB/s fp32 / 2960 bf16 this way,
+# program (H100, 2026-11-22: 16384^2 read at 3050 GB/s fp32 / 2960 bf16 this way,
 # against 2750-2900 with 4 KB steps over 2-8 rows).
 MAX_ROW_BYTES = 16384
 # Programs per SM below which a shape is split across columns (several resident per SM).

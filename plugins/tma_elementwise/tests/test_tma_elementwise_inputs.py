@@ -48,7 +48,7 @@ def test_bad_configs_raise_value_error(params, expect):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_default_is_the_measured_choice(dtype):
-    # notes/tuning.md, runs 7-9: unswizzled 16 KB tiles of 256 columns, runs of 3 tiles per program
+    # notes/tuning.md, "add": unswizzled 16 KB tiles of 256 columns, runs of 3 tiles per program
     config = KERNEL.resolve(dtype, {})
     assert config["YBLOCK"] == 256 and config["swizzle"] == 0 and config["tiles_per_program"] == 3
     assert config["XBLOCK"] * config["YBLOCK"] * getattr(torch, dtype).itemsize == 16 * 1024

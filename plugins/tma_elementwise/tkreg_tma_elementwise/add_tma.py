@@ -22,7 +22,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tkreg.launch.aot import AotSpec
 
-# Measured with scripts/gpu/add_probe.py on an H100 (runs 7-9, 2026-11-22, notes/tuning.md): at
+# Measured on an H100 (2026-11-22; notes/tuning.md, "add"): at
 # 32768^2 unswizzled 16 KB tiles of 256 columns, runs of 3 tiles per program with all 3 in flight
 # and 2 store slots read 3077 GB/s fp32 (1.008x torch.add) and 3067 bf16 (1.000x); the persistent
 # kernel this replaced stopped at 0.96x whatever its tile and depth.

@@ -34,7 +34,7 @@ ADD_TMA = Kernel(
     ),
     bench_configs=({},),
     # First in lookup: on an H100 it reads at or above torch.add's speed at 32768^2 while the
-    # portable add_triton stays 0.5% below (notes/tuning.md, run 9); add_warp_specialized is as
+    # portable add_triton stays 0.5% below (notes/tuning.md, "add"); add_warp_specialized is as
     # fast, with more moving parts. Small inputs are another story: see BENCHMARKS.md.
     priority=30,
     description="Gluon add: multi-buffered TMA loads on mbarriers, pipelined TMA stores",

@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tkreg.launch.aot import AotSpec
 
-# Measured with scripts/gpu/add_probe.py on an H100 (runs 7-9, 2026-11-22, notes/tuning.md): as for
+# Measured on an H100 (2026-11-22; notes/tuning.md, "add"): as for
 # add_tma, unswizzled 16 KB tiles of 256 columns in runs of 3 tiles per program, 3 load and 2
 # store slots: 3079 GB/s fp32 (1.009x torch.add) and 3069 bf16 (1.001x) at 32768^2.
 DEFAULTS: dict[int, dict[str, int]] = {

@@ -35,7 +35,7 @@ ADD_WARP_SPECIALIZED = Kernel(
     ),
     bench_configs=({},),
     # Between add_tma (as fast on an H100, simpler) and the portable add_triton (0.5% slower at
-    # 32768^2; notes/tuning.md, run 9).
+    # 32768^2; notes/tuning.md, "add").
     priority=25,
     description="Gluon add: warp-specialized (1-warp TMA load, compute, 1-warp TMA store) over mbarriers",
 )

@@ -172,8 +172,221 @@ def toy_kernel(name: str, launcher: Any, **kw: Any) -> tkreg.Kernel:
     return tkreg.Kernel(name=name, op="toy_mul", launcher=launcher, interpretable=True, **kw)
 
 
-def registry_with(plugin: Any) -> tkreg.Registry:
-    """The installed plugins plus ``plugin``, registered in-process."""
+def registry_with(*plugins: Any) -> tkreg.Registry:
+    """The installed plugins plus ``plugins``, registered in-process."""
     from tkreg.core.loading import build_registry
 
-    return build_registry(plugins=[("toy", plugin)])
+    return build_registry(plugins=[(f"toy{i}", p) for i, p in enumerate(plugins)])
+
+
+# -- third-party ops with parameters, several outputs, integer inputs and gradients ---------------
+# What launchers, formulas and make_output saw, per call: (name, shapes of the tensors, params).
+CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+
+def _record(name: str, tensors: Any, **params: Any) -> None:
+    CALLS.append((name, tuple(tuple(t.shape) for t in tensors), params))
+
+
+def calls(name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    return [(shapes, params) for n, shapes, params in CALLS if n == name]
+
+
+# toy_rms_norm: y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) per row; contract
+# "rows"; outputs y (returned) and rstd (float32, kept for the backward only).
+def rms_reference(x: Any, weight: Any, eps: float = 1e-6) -> tuple[Any, Any]:
+    import torch
+
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)
+    return x * rstd.unsqueeze(-1) * weight, rstd
+
+
+def _rms(x: Any, weight: Any, eps: float) -> tuple[Any, Any]:
+    y, rstd = rms_reference(x.float(), weight.float(), eps)
+    return y.to(x.dtype), rstd
+
+
+def rms_make_output(x: Any, weight: Any) -> tuple[Any, Any]:
+    import torch
+
+    _record("rms_make_output", (x, weight))
+    return torch.empty_like(x), torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+
+
+def rms_peer(x: Any, weight: Any, out: Any = None, eps: float = 1e-6) -> Any:
+    _record("rms_peer", (x, weight), eps=eps)
+    y, rstd = _rms(x, weight, eps)
+    if out is None:
+        return y, rstd
+    out[0].copy_(y)
+    out[1].copy_(rstd)
+    return out
+
+
+def rms_torch(x: Any, weight: Any, out: Any, eps: float) -> Any:
+    """A forward "kernel" of torch ops that takes 2-D rows only (as a Triton kernel would)."""
+    _record("rms_torch", (x, weight, *out), eps=eps)
+    if x.dim() != 2:
+        raise tkreg.InputError(f"rms_torch takes 2-D rows, got shape {tuple(x.shape)}")
+    y, rstd = _rms(x, weight, eps)
+    out[0].copy_(y)
+    out[1].copy_(rstd)
+    return out
+
+
+rms_torch.tkreg_traceable = True  # type: ignore[attr-defined]
+
+
+def _rms_grads(x: Any, weight: Any, rstd: Any, grad_y: Any) -> tuple[Any, Any]:
+    """dx and dweight of y = x * rstd * weight over the last dim, dweight summed over every row."""
+    xf, gf, r = x.float(), grad_y.float() * weight.float(), rstd.float().unsqueeze(-1)
+    xhat = xf * r
+    dx = r * (gf - xhat * (gf * xhat).mean(-1, keepdim=True))
+    dweight = (grad_y.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+    return dx.to(x.dtype), dweight.to(weight.dtype)
+
+
+def rms_backward_torch(x: Any, weight: Any, y: Any, rstd: Any, grad_y: Any, out: Any, eps: float) -> Any:
+    """A backward "kernel": (inputs, outputs, upstream gradient of y) in, out=(dx, dweight)."""
+    _record("rms_backward_torch", (x, weight, y, rstd, grad_y, *out), eps=eps)
+    dx, dweight = _rms_grads(x, weight, rstd, grad_y)
+    out[0].copy_(dx)
+    out[1].copy_(dweight)
+    return out
+
+
+def rms_backward_refusing(*tensors: Any, out: Any, eps: float) -> Any:
+    raise tkreg.InputError("rms_backward_picky: not today")
+
+
+def rms_formula(inputs: Any, outputs: Any, grad_outputs: Any, eps: float) -> tuple[Any, Any]:
+    """The op's backward formula, in torch operations on callers' tensors."""
+    (x, weight), (_, rstd), (grad_y,) = inputs, outputs, grad_outputs
+    _record("rms_formula", (x, weight, rstd, grad_y), eps=eps)
+    return _rms_grads(x, weight, rstd, grad_y)
+
+
+def toy_cost_rows(dims: dict[str, int], itemsize: int) -> tkreg.Cost:
+    return tkreg.Cost(bytes=2 * dims["M"] * dims["N"] * itemsize)
+
+
+def toy_make_rows(case: Any, dtype: Any, generator: Any, device: Any) -> Any:
+    import torch
+
+    x = torch.randn(case["M"], case["N"], generator=generator, dtype=dtype, device=device)
+    return x, torch.randn(case["N"], generator=generator, dtype=dtype, device=device)
+
+
+class RmsPlugin:
+    """Registers op toy_rms_norm (a parameter, two outputs, gradients) with the pieces asked for:
+    a forward kernel, backward kernels, a formula, a peer."""
+
+    def __init__(self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool = True) -> None:
+        self.kernels, self.formula, self.peer, self.grads = kernels, formula, peer, grads
+
+    @tkreg.hookimpl
+    def tkreg_register_ops(self, register: Any) -> None:
+        register(
+            tkreg.Op(
+                name="toy_rms_norm",
+                reference=rms_reference,
+                make_inputs=toy_make_rows,
+                make_output=rms_make_output,
+                cases=(tkreg.case(M=5, N=7),),
+                dtypes=("float32",),
+                tolerances={"float32": tkreg.Tolerance(1e-5, 1e-5)},
+                cost=toy_cost_rows,
+                peer=rms_peer if self.peer else None,
+                peer_name="rms_peer" if self.peer else "",
+                inputs=("x", "weight"),
+                params=(tkreg.Param("eps", 1e-6, values=(1e-6, 0.5)),),
+                outputs=(tkreg.Output("y"), tkreg.Output("rstd", dtype="float32", differentiable=False, returned=False)),
+                grads=("x", "weight") if self.grads else (),
+                backward=rms_formula if self.formula else None,
+                contract=tkreg.contracts.rows(),
+            )
+        )
+
+    @tkreg.hookimpl
+    def tkreg_register_kernels(self, register: Any) -> None:
+        for k in self.kernels:
+            register(k)
+
+
+def rms_kernel(name: str, launcher: Any, **kw: Any) -> tkreg.Kernel:
+    return tkreg.Kernel(name=name, op="toy_rms_norm", launcher=launcher, interpretable=True, **kw)
+
+
+RMS_FORWARD = rms_kernel("rms_torch", rms_torch)
+RMS_BACKWARD = rms_kernel("rms_backward_torch", rms_backward_torch, backward=True)
+
+
+# toy_pick: out[...] = x[..., target[...]]: contract "rows" with a per-row int64 target;
+# differentiable in x through its peer only.
+def pick_reference(x: Any, target: Any) -> Any:
+    return x.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+
+def pick_make_output(x: Any, target: Any) -> Any:
+    import torch
+
+    return torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
+
+
+def pick_peer(x: Any, target: Any, out: Any = None) -> Any:
+    picked = pick_reference(x, target)
+    return picked if out is None else out.copy_(picked)
+
+
+def pick_torch(x: Any, target: Any, out: Any) -> Any:
+    _record("pick_torch", (x, target, out))
+    return out.copy_(pick_reference(x, target))
+
+
+def toy_make_pick(case: Any, dtype: Any, generator: Any, device: Any) -> Any:
+    import torch
+
+    x = torch.randn(case["M"], case["N"], generator=generator, dtype=dtype, device=device)
+    return x, torch.randint(0, case["N"], (case["M"],), generator=generator, device=device)
+
+
+# toy_axpy: alpha * x + y, contract "elementwise", a float parameter, no gradients.
+def axpy_reference(x: Any, y: Any, alpha: float = 1.0) -> Any:
+    return alpha * x + y
+
+
+def axpy_torch(x: Any, y: Any, out: Any, alpha: float) -> Any:
+    _record("axpy_torch", (x, y, out), alpha=alpha)
+    return out.copy_(alpha * x + y)
+
+
+def axpy_peer(x: Any, y: Any, out: Any = None, alpha: float = 1.0) -> Any:
+    result = alpha * x + y
+    return result if out is None else out.copy_(result)
+
+
+class ContractsPlugin:
+    """toy_pick (rows, int targets, gradients through the peer) and toy_axpy (elementwise, a
+    parameter), each with one torch "kernel"."""
+
+    @tkreg.hookimpl
+    def tkreg_register_ops(self, register: Any) -> None:
+        common = dict(cases=(tkreg.case(M=5, N=7),), dtypes=("float32",), tolerances=EXACT, cost=toy_cost_rows)
+        register(
+            tkreg.Op(
+                name="toy_pick", reference=pick_reference, make_inputs=toy_make_pick, make_output=pick_make_output,
+                peer=pick_peer, inputs=("x", "target"), grads=("x",), contract=tkreg.contracts.rows(), **common,
+            )
+        )
+        register(
+            tkreg.Op(
+                name="toy_axpy", reference=axpy_reference, make_inputs=toy_make_inputs, make_output=toy_make_output,
+                peer=axpy_peer, inputs=("x", "y"), params=(tkreg.Param("alpha", 1.0),),
+                contract=tkreg.contracts.elementwise(), **common,
+            )
+        )
+
+    @tkreg.hookimpl
+    def tkreg_register_kernels(self, register: Any) -> None:
+        register(tkreg.Kernel(name="pick_torch", op="toy_pick", launcher=pick_torch, interpretable=True))
+        register(tkreg.Kernel(name="axpy_torch", op="toy_axpy", launcher=axpy_torch, interpretable=True))

@@ -143,7 +143,9 @@ def test_inputs_no_kernel_takes_go_to_the_peer_once_warned_and_explain_says_the_
         ("add", lambda d: (torch.ones(3, device=d),), "add takes 2 tensor"),
         ("sum_row", lambda d: (torch.tensor(1.0, device=d),), "x must have at least one dimension"),
         ("matmul", lambda d: (torch.ones(3, 5, device=d).half(), torch.ones(4, 2, device=d).half()), "inner dimensions differ"),
-        ("matmul", lambda d: (torch.ones(3, 5, device=d).half(), torch.ones(2, 5, 2, device=d).half()), r"b must be 2-D"),
+        ("matmul", lambda d: (torch.ones(3, 5, device=d), torch.ones(2, 5, 2, 1, device=d)), r"b must be 2-D \(K, N\) or 3-D"),
+        ("matmul", lambda d: (torch.ones(3, 5, device=d), torch.ones(2, 5, 2, device=d)), r"takes a 3-D a \(B, M, K\)"),
+        ("matmul", lambda d: (torch.ones(2, 3, 5, device=d), torch.ones(2, 4, 2, device=d)), "inner dimensions differ"),
     ],
 )
 
@@ -176,7 +178,7 @@ def test_a_third_party_op_is_callable_as_tkreg_ops_and_torch_ops(device: str) ->
         assert torch.equal(ops.toy_mul(x, y), x * y)
         assert torch.equal(torch.ops.tkreg.toy_mul(x, y), x * y)
         assert "toy_mul" in ops.names() and "calls toy_mul_torch" in ops.explain("toy_mul", x, y)
-        with pytest.raises(tkreg.InputError, match=r"tkreg.ops.toy_mul: toy_mul takes 2 tensor\(s\), got 1"):
+        with pytest.raises(tkreg.InputError, match=r"tkreg.ops.toy_mul: toy_mul takes 2 tensor\(s\) \(x, y\), got 1"):
             ops.toy_mul(x)  # the arity of the op's reference implementation
     finally:
         tkreg.ops.uninstall()
@@ -213,7 +215,84 @@ def test_no_kernel_and_no_peer_is_the_ops_error(device: str) -> None:
 
 
 def test_unknown_op_lists_the_known_ones(ops: Any) -> None:
-    with pytest.raises(AttributeError, match=r"tkreg.ops has no op 'conv'; registered ops: add, matmul, sum_row"):
+    known = ", ".join(sorted(op.name for op in tkreg.default_registry().ops()))
+    assert {"add", "matmul", "sum_row"} <= set(known.split(", "))
+    with pytest.raises(AttributeError, match=f"tkreg.ops has no op 'conv'; registered ops: {known}$"):
         ops.conv  # noqa: B018
-    with pytest.raises(tkreg.UnknownNameError, match="known ops: add, matmul, sum_row"):
+    with pytest.raises(tkreg.UnknownNameError, match=f"known ops: {known}$"):
         ops.get("conv")
+
+
+# -- batched matmul (the linear contract with batched=True) ---------------------------------------
+class BatchedLoop:
+    """A matmul kernel that takes 3-D batches (B, M, K) @ (B, K, N), as a batched kernel would,
+    by launching the portable 2-D kernel once per batch; it declares that it takes 3-D only."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+
+    @staticmethod
+    def batches_only(a: Any, b: Any) -> list[str]:
+        return [] if a.dim() == 3 and b.dim() == 3 else ["takes 3-D batches only"]
+
+    def __call__(self, a: Any, b: Any, out: Any) -> Any:
+        from tkreg_matmul.triton_kernel import matmul_triton
+
+        self.calls.append((tuple(a.shape), tuple(b.shape), tuple(out.shape)))
+        for i in range(a.shape[0]):
+            matmul_triton(a[i], b[i], out[i])
+        return out
+
+    @tkreg.hookimpl
+    def tkreg_register_kernels(self, register: Any) -> None:
+        requires = tkreg.Requirements(inputs=self.batches_only)
+        register(tkreg.Kernel(name="matmul_batched_loop", op="matmul", launcher=self, interpretable=True, requires=requires))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_batched_matmul_runs_a_kernel_that_takes_3d(device: str, dtype: Any) -> None:
+    loop = BatchedLoop()
+    ops = install(registry_with(loop))
+    try:
+        a = randn(3, 33, 40, dtype=dtype, device=device, seed=30)
+        b = randn(3, 24, 40, dtype=dtype, device=device, seed=31).transpose(1, 2)  # per-batch weights, as stored
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PeerFallbackWarning)  # a kernel takes them: no fallback
+            got = ops.matmul(a, b)
+        assert got.shape == (3, 33, 24)
+        assert_matmul_close(got, a.double() @ b.double(), k=40)
+        assert loop.calls == [((3, 33, 40), (3, 40, 24), (3, 33, 24))]
+        assert "calls matmul_batched_loop" in ops.explain("matmul", a, b)
+        c = randn(5, 40, dtype=dtype, device=device, seed=32)
+        assert "calls matmul_triton" in ops.explain("matmul", c, b[0])  # 2-D: the loop declares it does not take it
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_batched_matmul_with_2d_kernels_only_goes_to_the_peer_and_says_why(ops: Any, device: str) -> None:
+    a = randn(2, 9, 16, dtype=torch.float16, device=device, seed=33)
+    b = randn(2, 16, 8, dtype=torch.float16, device=device, seed=34)
+    with pytest.warns(PeerFallbackWarning, match=(
+        r"batched a \(B, M, K\) @ b \(B, K, N\) with a b per batch, passed to kernels as 3-D tensors: "
+        r"every kernel refused; the last, matmul_triton: a must be 2-D"
+    )):
+        got = ops.matmul(a, b)
+    assert torch.equal(got, torch.matmul(a, b))
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_batch_sharing_one_b_is_one_2d_product(device: str, batch: int) -> None:
+    from tests.test_ops_autograd import MatmulSpy
+
+    spy = MatmulSpy()
+    ops = install(registry_with(spy))
+    try:
+        a = randn(batch, 6, 40, dtype=torch.float16, device=device, seed=35)
+        weight = randn(40, 24, dtype=torch.float16, device=device, seed=36)
+        b = weight.expand(batch, 40, 24)  # one matrix for every batch: stride 0 (or B = 1)
+        got = ops.matmul(a, b)
+        assert got.shape == (batch, 6, 24)
+        assert_matmul_close(got, a.double() @ weight.double(), k=40)
+        assert spy.calls == [((batch * 6, 40), (40, 1), (40, 24), (24, 1))]  # a's batches as rows, b read once
+    finally:
+        tkreg.ops.uninstall()

@@ -1,5 +1,7 @@
-"""Gradients of tkreg.ops add, sum_row and matmul against float64 torch, and matmul's backward
-running through registered kernels (dA = dC B^T, dB = A^T dC, whatever their layouts)."""
+"""Gradients of tkreg.ops add, sum_row and matmul (their plugins' formulas) against float64 torch,
+matmul's backward running through registered kernels (dA = dC B^T, dB = A^T dC, whatever their
+layouts); and a third party's op differentiated in each way tkreg.ops knows: its backward kernel,
+its formula, its peer, or a clear error, eagerly and compiled."""
 
 from __future__ import annotations
 
@@ -10,7 +12,24 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tkreg  # noqa: E402
-from tests.ops_support import assert_matmul_close, device_or_skip, install, installed_ops, randn, registry_with  # noqa: E402
+from tests.ops_support import (  # noqa: E402
+    CALLS,
+    RMS_BACKWARD,
+    RMS_FORWARD,
+    ContractsPlugin,
+    RmsPlugin,
+    assert_matmul_close,
+    calls,
+    device_or_skip,
+    install,
+    installed_ops,
+    randn,
+    registry_with,
+    rms_backward_refusing,
+    rms_backward_torch,
+    rms_kernel,
+    rms_reference,
+)
 
 device = pytest.fixture(scope="module")(device_or_skip)
 ops = pytest.fixture(installed_ops)
@@ -86,3 +105,170 @@ def test_matmul_gradient_of_a_vector(ops: Any, device: str) -> None:
     ops.matmul(a, b).backward(grad)
     assert_matmul_close(a.grad, b.detach().double() @ grad.double(), k=16)
     assert_matmul_close(b.grad, torch.outer(a.detach().double(), grad.double()), k=1)
+
+
+def test_matmul_formula_skips_the_gradient_nobody_needs(device: str) -> None:
+    spy = MatmulSpy()
+    ops = install(registry_with(spy))
+    try:
+        a = _leaf(2, 5, 40, dtype=torch.float16, device=device, seed=14)
+        weight = randn(24, 40, dtype=torch.float16, device=device, seed=15)  # frozen
+        ops.matmul(a, weight.t()).backward(randn(2, 5, 24, dtype=torch.float16, device=device, seed=16))
+        assert len(spy.calls) == 2  # the forward and dA: no dW product for a weight nobody trains
+        assert a.grad is not None and weight.grad is None
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_batched_matmul_gradients(ops: Any, device: str) -> None:
+    a = _leaf(3, 5, 40, dtype=torch.float16, device=device, seed=17)
+    b = _leaf(3, 40, 24, dtype=torch.float16, device=device, seed=18)
+    grad = randn(3, 5, 24, dtype=torch.float16, device=device, seed=19)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="batched"):
+        ops.matmul(a, b).backward(grad)
+    assert_matmul_close(a.grad, grad.double() @ b.detach().double().transpose(1, 2), k=24)
+    assert_matmul_close(b.grad, a.detach().double().transpose(1, 2) @ grad.double(), k=5)
+
+
+# -- a third party's op: backward kernel, formula, peer, or a clear error ---------------------------
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def recorded() -> Any:
+    CALLS.clear()
+    yield
+    CALLS.clear()
+    tkreg.ops.uninstall()
+
+
+def _rms_leaves(seed: int, shape: tuple[int, ...] = (2, 3, 16)) -> tuple[Any, Any, Any]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g).to(DEVICE).requires_grad_()
+    w = (1 + torch.randn(shape[-1], generator=g)).to(DEVICE).requires_grad_()
+    return x, w, torch.randn(shape, generator=g).to(DEVICE)
+
+
+def _rms_grads64(x: Any, w: Any, grad: Any, eps: float) -> tuple[Any, Any]:
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    rms_reference(x64, w64, eps)[0].backward(grad.double())
+    return x64.grad, w64.grad
+
+
+def _assert_rms_grads(x: Any, w: Any, grad: Any, eps: float) -> None:
+    want_x, want_w = _rms_grads64(x, w, grad, eps)
+    torch.testing.assert_close(x.grad.double(), want_x, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(w.grad.double(), want_w, atol=1e-4, rtol=1e-4)
+
+
+def test_gradients_through_a_backward_kernel(recorded: None) -> None:
+    ops = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, formula=True)))
+    x, w, grad = _rms_leaves(20)
+    ops.toy_rms_norm(x, w, eps=0.5).backward(grad)
+    _assert_rms_grads(x, w, grad, 0.5)
+    ((shapes, params),) = calls("rms_backward_torch")
+    # kernel-level (rows) inputs, every output, the upstream gradient of y only (rstd has none), out=(dx, dweight)
+    assert shapes == ((6, 16), (16,), (6, 16), (6,), (6, 16), (6, 16), (16,)) and params == {"eps": 0.5}
+    assert not calls("rms_formula") and not calls("rms_peer")
+
+
+def test_a_refusing_backward_kernel_passes_to_the_formula(recorded: None) -> None:
+    picky = rms_kernel("rms_backward_picky", rms_backward_refusing, backward=True, priority=10)
+    ops = install(registry_with(RmsPlugin(RMS_FORWARD, picky, formula=True)))
+    x, w, grad = _rms_leaves(21)
+    ops.toy_rms_norm(x, w).backward(grad)
+    _assert_rms_grads(x, w, grad, 1e-6)
+    ((shapes, params),) = calls("rms_formula")
+    assert shapes == ((2, 3, 16), (16,), (2, 3), (2, 3, 16)) and params == {"eps": 1e-6}  # callers' tensors
+
+
+def test_gradients_through_the_formula_for_only_the_inputs_that_need_them(recorded: None) -> None:
+    install(registry_with(RmsPlugin(RMS_FORWARD, formula=True)))
+    x, w, grad = _rms_leaves(22)
+    w.requires_grad_(False)
+    y, rstd = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)
+    assert not rstd.requires_grad  # a statistic: no gradient flows from it
+    y.backward(grad)
+    assert w.grad is None
+    torch.testing.assert_close(x.grad.double(), _rms_grads64(x, w, grad, 0.5)[0], atol=1e-4, rtol=1e-4)
+    assert len(calls("rms_formula")) == 1
+
+
+def test_gradients_through_the_peer_say_so_once(recorded: None) -> None:
+    ops = install(registry_with(RmsPlugin(RMS_FORWARD)))
+    x, w, grad = _rms_leaves(23)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match=(
+        r"tkreg.ops.toy_rms_norm differentiates through its peer rms_peer: op 'toy_rms_norm' has no backward kernels; "
+        "no backward formula"
+    )):
+        ops.toy_rms_norm(x, w, eps=0.5).backward(grad)
+    _assert_rms_grads(x, w, grad, 0.5)
+    assert [p for _, p in calls("rms_peer")] == [{"eps": 0.5}]  # recomputed once, with the call's eps
+
+
+def test_gradients_through_the_peer_skip_integer_inputs(recorded: None) -> None:
+    ops = install(registry_with(ContractsPlugin()))
+    x = torch.randn(2, 3, 7, device=DEVICE, requires_grad=True)
+    target = torch.randint(0, 7, (2, 3), device=DEVICE)
+    grad = torch.randn(2, 3, device=DEVICE)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="differentiates through its peer"):
+        ops.toy_pick(x, target).backward(grad)
+    want = torch.zeros(2, 3, 7, device=DEVICE).scatter_(-1, target.unsqueeze(-1), grad.unsqueeze(-1))
+    assert torch.equal(x.grad, want)
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        (lambda: RmsPlugin(RMS_FORWARD, peer=False), r"has no gradient for these inputs: op 'toy_rms_norm' has no backward "
+         r"kernels; op 'toy_rms_norm' has no backward formula \(Op\(backward=...\)\) and no peer to differentiate"),
+        (lambda: RmsPlugin(RMS_FORWARD, grads=False), r"has no gradient: op 'toy_rms_norm' declares no differentiable"),
+    ],
+    ids=["nothing-to-differentiate-with", "no-grads-declared"],
+)
+def test_no_gradient_is_a_clear_error(recorded: None, plugin: Any, message: str) -> None:
+    ops = install(registry_with(plugin()))
+    x, w, grad = _rms_leaves(24)
+    y = ops.toy_rms_norm(x, w)
+    assert y.requires_grad
+    with pytest.raises(tkreg.ops.NoGradientError, match=message):
+        y.backward(grad)
+
+
+def test_compiled_gradients_run_the_backward_kernel_as_eager_ones_do(recorded: None) -> None:
+    ops = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
+    torch._dynamo.reset()
+    try:
+        eager, compiled = _rms_leaves(25), _rms_leaves(25)
+
+        def loss(x: Any, w: Any, grad: Any) -> Any:
+            return (ops.toy_rms_norm(x, w, eps=0.5) * grad).sum()
+
+        loss(*eager).backward()
+        CALLS.clear()
+        torch.compile(loss, fullgraph=True, backend="aot_eager")(*compiled).backward()
+        assert torch.equal(eager[0].grad, compiled[0].grad) and torch.equal(eager[1].grad, compiled[1].grad)
+        assert [p for _, p in calls("rms_backward_torch")] == [{"eps": 0.5}]  # at run time, on real tensors
+    finally:
+        torch._dynamo.reset()
+
+
+def test_the_operator_with_parameters_and_two_outputs_passes_opcheck(recorded: None) -> None:
+    install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
+    x, w, _ = _rms_leaves(26)
+    results = torch.library.opcheck(torch.ops.tkreg.toy_rms_norm.default, (x, w), {"eps": 0.5})
+    assert set(results.values()) == {"SUCCESS"}, results
+
+
+def _contiguous_grad_only(x: Any, weight: Any, y: Any, rstd: Any, grad_y: Any) -> list[str]:
+    return [] if grad_y.is_contiguous() else [f"grad_y has strides {grad_y.stride()}; this kernel needs them contiguous"]
+
+
+def test_an_expanded_upstream_gradient_is_made_contiguous_for_a_kernel_that_needs_it(recorded: None) -> None:
+    picky = rms_kernel("rms_backward_dense", rms_backward_torch, backward=True,
+                       requires=tkreg.Requirements(inputs=_contiguous_grad_only))
+    ops = install(registry_with(RmsPlugin(RMS_FORWARD, picky)))
+    x, w, _ = _rms_leaves(27)
+    ops.toy_rms_norm(x, w).sum().backward()  # the gradient of sum() is one value expanded: strides 0
+    _assert_rms_grads(x, w, torch.ones(x.shape, device=DEVICE), 1e-6)
+    assert len(calls("rms_backward_torch")) == 1 and not calls("rms_peer")  # the kernel, not the peer

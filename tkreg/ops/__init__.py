@@ -2,12 +2,14 @@
 operator, ``torch.ops.tkreg.<op>``.
 
     import tkreg
-    y = tkreg.ops.matmul(x, weight.t())      # x (..., K), weight (N, K), as F.linear uses it
-    s = tkreg.ops.sum_row(y)                  # sums the last dim
-    print(tkreg.ops.explain("add", a, b))     # which kernel a call runs, and why
+    y = tkreg.ops.<op>(x, weight, eps=1e-5)   # tensors as the op's contract takes them, params by keyword
+    print(tkreg.ops.explain("<op>", x, weight))  # which kernel a call runs, and why
 
 The callables are built from the registry on first use (that imports torch; importing this
 module does not), one per op, so a third-party plugin's op appears here with no code in tkreg.
+Each takes the op's inputs (any rank its calling contract allows, see :mod:`tkreg.ops.forms`)
+and its parameters by keyword, returns the outputs the op marks ``returned``, and is
+differentiable in the inputs the op lists in ``grads``.
 See :mod:`tkreg.ops.dispatch` for how a call picks its kernel and what is cached, and
 :mod:`tkreg.ops.library` for the torch operators (torch.compile, autograd).
 """
@@ -17,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .dispatch import TRACEABLE, PeerFallbackWarning
+from .dispatch import TRACEABLE, NoGradientError, PeerFallbackWarning
 
-__all__ = ["PeerFallbackWarning", "explain", "get", "install", "names", "traceable", "uninstall"]
+__all__ = ["NoGradientError", "PeerFallbackWarning", "explain", "get", "install", "names", "traceable", "uninstall"]
 # Op names that stay reachable through get() only: they would hide this module's own names.
 _RESERVED = {*__all__, "dispatch", "forms", "library", "measured", "walltime"}
 
@@ -83,10 +85,10 @@ def names() -> list[str]:
     return sorted(_ops())
 
 
-def explain(op: str, *inputs: Any) -> str:
-    """What ``tkreg.ops.<op>(*inputs)`` does with these inputs and why, without running it."""
+def explain(op: str, *inputs: Any, **params: Any) -> str:
+    """What ``tkreg.ops.<op>(*inputs, **params)`` does with these inputs and why, without running it."""
     get(op)  # an unknown op's error lists the known ones
-    return _installed["dispatchers"][op].describe(inputs)
+    return _installed["dispatchers"][op].describe(inputs, params)
 
 
 def traceable(launcher: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,17 +1,25 @@
 """Dispatch: one op's call goes to the best kernel for its input signature, decided once.
 
 A call's signature (dtype, shape, strides, device and base alignment class of every input; see
-:mod:`tkreg.core.signature`) keys a plan. The first call of a signature makes the plan: the op's form
-checks the calling contract (bad input gets the op's clear error), views the inputs as kernel
-inputs, and the registry ranks the kernels for them exactly as ``tkreg.lookup`` does (wall time
-on a measured GPU, beside the op's peer). Later calls of the signature only run the plan: view
-the inputs, allocate the output, call the first kernel's launcher.
+:mod:`tkreg.core.signature`) and its parameter values key a plan. The first call of a signature
+makes the plan: the op's form (its calling contract, :mod:`.forms`) checks the inputs (bad input
+gets the op's clear error), views them as kernel inputs, lays out the outputs (the op's
+``make_output``, once), and the registry ranks the kernels for the kernel inputs exactly as
+``tkreg.lookup`` does (wall time on a measured GPU, beside the op's peer). Later calls of the
+signature only run the plan: view the inputs, allocate the outputs from the cached shapes, dtypes
+and devices, call the first kernel's launcher. Nothing on that path reads a tensor's values or
+waits for the device, so it can be captured in a CUDA graph.
 
 A launcher that refuses (tkreg.InputError, raised before it launches anything) passes the call to
 the next kernel, and the plan drops it for that signature. When no kernel takes the inputs (or the
 inputs cannot be viewed as kernel inputs without a copy) the call goes to the op's peer, with a
 PeerFallbackWarning that says why, once per reason. When the ranking says the peer is faster for
 this signature the call goes to the peer too, logged at INFO on the "tkreg.ops" logger.
+
+Gradients (:meth:`Dispatcher.backward`) are planned the same way, per signature of (inputs,
+outputs, upstream gradients): the best backward kernel that takes them (launched with ``out=`` a
+tuple of new gradient tensors), else the op's backward formula, else autograd through the peer
+(recomputed), else a NoGradientError that says why.
 """
 
 from __future__ import annotations
@@ -27,27 +35,67 @@ from ..core.errors import InputError
 from ..core.registry import Ranking, Registry
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Kernel, Op
-from .forms import Form, KernelView, form_for
+from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major, keywords_of
 
 log = logging.getLogger("tkreg.ops")
 
-PLAN_CACHE_SIZE = 4096  # signatures remembered per op before the cache starts over
+PLAN_CACHE_SIZE = 4096  # signatures remembered per op (and direction) before the cache starts over
 TRACEABLE = "tkreg_traceable"  # launcher attribute: see tkreg.ops.traceable
 # Stand-in base addresses for deciding at trace time: aligned far beyond any check, and aligned
 # only to the element size (a real tensor's address is always a multiple of it).
 ALIGNED_BASE = 1 << 20
+# The keyword a backward formula names to learn which gradients are needed (it may return None
+# for the others): a product's formula then skips the factor nobody asked a gradient of.
+NEEDS_KEYWORD = "needs_input_grad"
 
 
 class PeerFallbackWarning(UserWarning):
     """A tkreg op ran its peer (e.g. torch) because no registered kernel takes the inputs."""
 
 
+class NoGradientError(RuntimeError):
+    """A tkreg op was differentiated but has no way to compute the gradient asked for."""
+
+
+class Params:
+    """An op's scalar parameters as calls give them: checked against the op's declaration,
+    defaults filled, as a tuple in the declared order (part of a plan's key)."""
+
+    def __init__(self, op: Op) -> None:
+        self.owner = f"tkreg.ops.{op.name}"
+        self.specs = {p.name: p for p in op.params}
+        self.names = tuple(self.specs)
+        self.defaults = tuple(p.default for p in op.params)
+
+    def values(self, given: dict[str, Any]) -> tuple[Any, ...]:
+        if not given:
+            return self.defaults
+        specs = self.specs
+        for name in given:
+            if name not in specs:
+                known = ", ".join(self.names) if self.names else "none"
+                raise TypeError(f"{self.owner}() got an unexpected keyword argument {name!r}; its parameters: {known}")
+        return tuple(specs[n].check(self.owner, given[n]) if n in given else d for n, d in zip(self.names, self.defaults))
+
+    def as_dict(self, values: tuple[Any, ...]) -> dict[str, Any]:
+        return dict(zip(self.names, values))
+
+
+def _tensor_key(tensors: Sequence[Any]) -> tuple[Any, ...] | None:
+    try:
+        return tuple([(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % ALIGNMENT_CLASS_BYTES) for t in tensors])
+    except (AttributeError, TypeError):  # not tensors: planning gives the op's error
+        return None
+
+
 @dataclass
 class Plan:
     """What calls of one signature do: the kernels to try in order (launcher names and
-    callables), else the peer, and why."""
+    callables), else the peer, and why; the outputs they allocate."""
 
     view: KernelView | None
+    outputs: tuple[OutputLayout, ...]
+    params: dict[str, Any]
     launchers: list[tuple[str, Callable[..., Any]]] = field(default_factory=list)
     why: str = ""
     peer_reason: str = ""  # why the peer runs when there is no launcher left
@@ -61,26 +109,46 @@ class Plan:
         return f"tkreg.ops.{op} calls its peer: {self.peer_reason}"
 
 
+@dataclass
+class BackwardPlan:
+    """What gradient calls of one signature do: backward kernels in order, else ``fallback``
+    (the formula, the peer or the error), and why the kernels did not take them."""
+
+    view: KernelView | None
+    outputs: tuple[OutputLayout, ...]
+    params: dict[str, Any]
+    launchers: list[tuple[str, Callable[..., Any]]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    dense_grads: bool = False  # upstream gradients are copied to contiguous ones for the kernels
+    run: Callable[..., tuple[Any, ...]] | None = None
+
+
 class Dispatcher:
-    """Calls one op's best kernel (or its peer) for each input signature."""
+    """Calls one op's best kernel (or its peer) for each input signature, forward and backward."""
 
     def __init__(self, registry: Registry, op: Op) -> None:
         self.registry = registry
         self.op = op
         self.form: Form = form_for(op)
+        self.params = Params(op)
+        self.several = len(op.outputs) > 1
+        self.grad_index = tuple(op.inputs.index(g) for g in op.grads)
+        self.differentiable = tuple(i for i, o in enumerate(op.outputs) if o.differentiable)
         self._plans: dict[Any, Plan] = {}
+        self._backward_plans: dict[Any, BackwardPlan] = {}
         self._launchers: dict[str, Callable[..., Any]] = {}
         self._warned: set[str] = set()
 
     # -- the hot path -----------------------------------------------------------------------
-    def __call__(self, *inputs: Any) -> Any:
-        try:
-            key = tuple([(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % ALIGNMENT_CLASS_BYTES) for t in inputs])
-        except (AttributeError, TypeError):  # not tensors: plan() gives the op's error
-            key = None
+    def __call__(self, *inputs: Any, **params: Any) -> Any:
+        """Every output: one tensor, or a tuple where the op has several."""
+        values = self.params.values(params) if params else self.params.defaults
+        key: Any = _tensor_key(inputs)
+        if key is not None and values:
+            key = (key, values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
-            plan = self.plan(inputs)
+            plan = self.plan(inputs, values)
             if plan.fallback:
                 self.warn_peer(plan.peer_reason)
             self.prepare(plan, inputs)
@@ -92,32 +160,57 @@ class Dispatcher:
 
     def prepare(self, plan: Plan, inputs: Sequence[Any]) -> None:
         """Build ``plan.run`` for calls of this signature: everything the signature fixes (views,
-        output shape, dtype and device, the launcher) is bound once."""
+        output shapes, dtypes and devices, the launcher, the parameters) is bound once."""
         import torch
 
         if not plan.launchers:
-            plan.run = self.peer_run(inputs, plan.peer_reason)
+            plan.run = self.peer_run(plan)
             return
 
         name, launch = plan.launchers[0]
         view = plan.view
         assert view is not None  # a plan with launchers always has a view
-        in_shapes, out_view = view.input_shapes, view.output_shape
-        views = any(s is not None for s in in_shapes)
-        spec = self.form.output_spec(inputs)
-        new_output = self.form.new_output
+        shapes = view.shapes
+        identity, selects = view.identity, bool(view.selects)
+        to_kernel = view.inputs
+        params = plan.params
+        layouts = plan.outputs
+        several = self.several
         empty = torch.empty
-        shape, dtype, device = (spec.shape, spec.dtype, spec.device) if spec is not None else ((), None, None)
 
-        def run(inputs: Sequence[Any]) -> Any:
-            kernel_inputs = [x if s is None else x.view(s) for x, s in zip(inputs, in_shapes)] if views else inputs
-            out = empty(shape, dtype=dtype, device=device) if spec is not None else new_output(inputs)
-            try:
-                launch(*kernel_inputs, out=out if out_view is None else out.view(out_view))
-            except InputError as e:
-                self._refused(plan, name, e, inputs)
-                return plan.run(inputs)  # type: ignore[misc]
-            return out
+        if not several and layouts[0].stride is None:
+            # one contiguous output: the common case, kept to the fewest Python operations
+            only = layouts[0]
+            shape, dtype, device, kernel_shape = only.shape, only.dtype, only.device, only.kernel_shape
+
+            def run(inputs: Sequence[Any]) -> Any:
+                out = empty(shape, dtype=dtype, device=device)
+                if identity:
+                    kernel_inputs = inputs
+                elif selects:
+                    kernel_inputs = to_kernel(inputs)
+                else:
+                    kernel_inputs = [x if s is None else x.view(s) for x, s in zip(inputs, shapes)]
+                try:
+                    launch(*kernel_inputs, out=out if kernel_shape is None else out.view(kernel_shape), **params)
+                except InputError as e:
+                    self._refused(plan, name, e, inputs)
+                    return plan.run(inputs)  # type: ignore[misc]
+                return out
+
+        else:
+            allocate = [_allocator(layout) for layout in layouts]
+            kernel_shapes = [layout.kernel_shape for layout in layouts]
+
+            def run(inputs: Sequence[Any]) -> Any:
+                outs = tuple([new() for new in allocate])
+                kernel_outs = tuple([o if s is None else o.view(s) for o, s in zip(outs, kernel_shapes)])
+                try:
+                    launch(*to_kernel(inputs), out=kernel_outs if several else kernel_outs[0], **params)
+                except InputError as e:
+                    self._refused(plan, name, e, inputs)
+                    return plan.run(inputs)  # type: ignore[misc]
+                return outs if several else outs[0]
 
         plan.run = run
         where = getattr(inputs[0], "device", None) if inputs else None
@@ -130,11 +223,12 @@ class Dispatcher:
             plan.run = on_their_device
 
     # -- deciding ------------------------------------------------------------------------------
-    def plan(self, inputs: Sequence[Any]) -> Plan:
-        """Decide for these inputs (the slow path, once per signature)."""
+    def plan(self, inputs: Sequence[Any], values: tuple[Any, ...] = ()) -> Plan:
+        """Decide for these inputs and parameter values (the slow path, once per signature)."""
         reasons = self.form.contract_reasons(inputs)
         if reasons:
             raise InputError(f"tkreg.ops.{self.op.name}: " + "; ".join(reasons))
+        params = self.params.as_dict(values or self.params.defaults)
         view = self.form.kernel_view(inputs)
         if isinstance(view, KernelView):
             try:
@@ -142,23 +236,37 @@ class Dispatcher:
             except RuntimeError as e:  # the strides allow no such view after all
                 view = f"inputs cannot be viewed as kernel inputs without a copy ({e})"
         if not isinstance(view, KernelView):
-            return self._fallback(None, view)
+            return Plan(None, self.form.output_layouts(inputs, None, params), params, peer_reason=view, fallback=True)
+        outputs = self.form.output_layouts(inputs, view, params)
+        note = f"{view.note}: " if view.note else ""
         ranking = self.registry.ranking(self.op.name, None, kernel_inputs)
         if ranking.prefer_peer:
-            plan = Plan(view, [], peer_reason=f"faster for these inputs: {ranking.peer_ranking}")
+            plan = Plan(view, outputs, params, peer_reason=f"faster for these inputs: {ranking.peer_ranking}")
             log.info("%s", plan.describe(self.op.name))
             return plan
-        kernels = ranking.runnable
+        skipped: list[str] = []
+        kernels = self._without_writers(ranking.runnable, skipped)
         if not kernels:
-            return self._fallback(view, "no registered kernel takes these inputs: " + _rejections(ranking))
-        why = ranking.verdicts[0].ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")
-        plan = Plan(view, [(k.name, self.launcher(k)) for k in kernels], why, "every kernel refused")
+            reason = f"{note}no registered kernel takes these inputs: {_rejections(ranking, skipped)}"
+            return Plan(view, outputs, params, peer_reason=reason, fallback=True)
+        first = next(v for v in ranking.verdicts if v.kernel is kernels[0])
+        why = first.ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")
+        plan = Plan(view, outputs, params, [(k.name, self.launcher(k)) for k in kernels], why, f"{note}every kernel refused")
         log.info("%s", plan.describe(self.op.name))
         return plan
 
     @staticmethod
-    def _fallback(view: KernelView | None, reason: str) -> Plan:
-        return Plan(view, [], peer_reason=reason, fallback=True)
+    def _without_writers(kernels: Sequence[Kernel], reasons: list[str]) -> list[Kernel]:
+        """Kernels that leave their inputs as they were: a call must not change the caller's
+        tensors (and torch.ops.tkreg's schema says it does not)."""
+        kept = []
+        for k in kernels:
+            if k.writes:
+                written = ", ".join(w.input for w in k.writes)
+                reasons.append(f"{k.name} (it writes {written}; tkreg.ops calls only kernels that leave inputs as they were)")
+            else:
+                kept.append(k)
+        return kept
 
     def launcher(self, kernel: Kernel) -> Callable[..., Any]:
         fn = self._launchers.get(kernel.name)
@@ -170,7 +278,8 @@ class Dispatcher:
         """A launcher refused inputs its declared checks let through: drop it for this signature
         and run the next (or the peer)."""
         plan.launchers = [(n, f) for n, f in plan.launchers if n != name]
-        plan.peer_reason = f"every kernel refused; the last, {name}: {error}"
+        note = f"{plan.view.note}: " if plan.view is not None and plan.view.note else ""
+        plan.peer_reason = f"{note}every kernel refused; the last, {name}: {error}"
         log.info("tkreg.ops.%s: %s refused these inputs (%s); falling to the next", self.op.name, name, error)
         if not plan.launchers:
             plan.fallback = True
@@ -178,45 +287,223 @@ class Dispatcher:
         self.prepare(plan, inputs)
 
     # -- the peer ------------------------------------------------------------------------------
-    def peer_run(self, inputs: Sequence[Any], reason: str) -> Callable[[Sequence[Any]], Any]:
-        """Calls of the peer for inputs of this signature: the peer resolved and the output's shape,
-        dtype and device (fixed by the signature) worked out once, not per call."""
+    def peer_run(self, plan: Plan) -> Callable[[Sequence[Any]], Any]:
+        """Calls of the peer for inputs of this signature: the peer resolved and the outputs'
+        shapes, dtypes and devices (fixed by the signature) worked out once, not per call."""
         if self.op.peer is None:
-            raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and op {self.op.name!r} has no peer to fall back to")
+            raise InputError(f"tkreg.ops.{self.op.name}: {plan.peer_reason}; and op {self.op.name!r} has no peer to fall back to")
         import torch
 
         peer = refs.resolve(self.op.peer)
-        spec = self.form.output_spec(inputs)
-        new_output = self.form.new_output
-        empty = torch.empty
-        shape, dtype, device = (spec.shape, spec.dtype, spec.device) if spec is not None else ((), None, None)
+        params, several, reason = plan.params, self.several, plan.peer_reason
+        allocate = [_allocator(layout) for layout in plan.outputs]
 
         def run(inputs: Sequence[Any]) -> Any:
-            out = empty(shape, dtype=dtype, device=device) if spec is not None else new_output(inputs)
+            outs = tuple([new() for new in allocate])
             try:
-                peer(*inputs, out=out)
+                peer(*inputs, out=outs if several else outs[0], **params)
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError) as e:  # inputs even the peer cannot take
                 raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}") from e
-            return out
+            return outs if several else outs[0]
 
         return run
 
-    def warn_peer(self, reason: str) -> None:
+    def warn_peer(self, reason: str, what: str = "calls", stacklevel: int = 4) -> None:
         if self.op.peer is None or reason in self._warned:
             return
         self._warned.add(reason)
         # stacklevel: the caller of tkreg.ops.<op> when a new signature falls back (eager path)
         warnings.warn(
-            f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {reason}", PeerFallbackWarning, stacklevel=4
+            f"tkreg.ops.{self.op.name} {what} its peer {self.op.peer_name}: {reason}", PeerFallbackWarning, stacklevel=stacklevel
         )
 
+    # -- gradients -------------------------------------------------------------------------------
+    def backward(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        grad_outputs: Sequence[Any],
+        values: tuple[Any, ...],
+        needs: Sequence[bool],
+    ) -> tuple[Any, ...]:
+        """Gradients of the inputs the op lists in ``grads`` (in that order; None where ``needs``
+        says no), given every output and the upstream gradient of each differentiable output."""
+        key: Any = _tensor_key((*inputs, *outputs, *grad_outputs))
+        if key is not None:
+            key = (key, values)
+        plan = self._backward_plans.get(key) if key is not None else None
+        if plan is None:
+            plan = self.backward_plan(inputs, outputs, grad_outputs, values)
+            if key is not None:
+                if len(self._backward_plans) >= PLAN_CACHE_SIZE:
+                    self._backward_plans.clear()
+                self._backward_plans[key] = plan
+        return plan.run(inputs, outputs, grad_outputs, tuple(needs))  # type: ignore[misc]
+
+    def backward_plan(
+        self, inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], values: tuple[Any, ...]
+    ) -> BackwardPlan:
+        """Decide how gradients of these tensors are computed (once per signature)."""
+        params = self.params.as_dict(values or self.params.defaults)
+        plan = BackwardPlan(None, (), params)
+        if not self.op.grads:
+            self._prepare_backward(plan)
+            return plan
+        if not self.registry.kernels(self.op.name, direction="backward"):
+            plan.reasons.append(f"op {self.op.name!r} has no backward kernels")
+            self._prepare_backward(plan)
+            return plan
+        view = self.form.kernel_view(inputs)
+        if not isinstance(view, KernelView):
+            plan.reasons.append(view)
+        elif view.selects:
+            plan.reasons.append(f"{view.note or 'inputs taken once for every batch'}: their gradients are not views")
+        else:
+            try:
+                layouts = self.form.output_layouts(inputs, view, params)
+                kernels, ranking = self._backward_kernels(view, layouts, inputs, outputs, grad_outputs, plan.reasons)
+                if not kernels and not all(is_dense_row_major(g) for g in grad_outputs):
+                    # An upstream gradient no kernel reads as it is (the expanded ones of a sum(), say):
+                    # one copy to a contiguous gradient costs less than the formula or the peer.
+                    dense = [g.contiguous() for g in grad_outputs]
+                    kernels, _ = self._backward_kernels(view, layouts, inputs, outputs, dense, [])
+                    plan.dense_grads = bool(kernels)
+            except RuntimeError as e:
+                plan.reasons.append(f"the outputs or their gradients cannot be viewed as kernel inputs without a copy ({e})")
+            else:
+                plan.view, plan.outputs = view, layouts
+                plan.launchers = [(k.name, self.launcher(k)) for k in kernels]
+                if not kernels:
+                    plan.reasons = [f"no backward kernel takes these inputs: {_rejections(ranking, plan.reasons)}"]
+        self._prepare_backward(plan)
+        return plan
+
+    def _backward_kernels(
+        self,
+        view: KernelView,
+        layouts: Sequence[OutputLayout],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        grad_outputs: Sequence[Any],
+        skipped: list[str],
+    ) -> tuple[list[Kernel], Ranking]:
+        """The backward kernels that take these tensors as kernels see them, best first."""
+        tensors = (
+            *view.inputs(inputs),
+            *(layout.kernel(o) for layout, o in zip(layouts, outputs)),
+            *(layouts[i].kernel(g) for i, g in zip(self.differentiable, grad_outputs)),
+        )
+        ranking = self.registry.ranking(self.op.name, None, tensors, direction="backward")
+        return self._without_writers(ranking.runnable, skipped), ranking
+
+    def _prepare_backward(self, plan: BackwardPlan) -> None:
+        if plan.launchers:
+            plan.run = self._backward_kernel_run(plan)
+            log.info("tkreg.ops.%s backward calls %s", self.op.name, plan.launchers[0][0])
+        elif not self.op.grads:
+            message = (f"tkreg.ops.{self.op.name} has no gradient: op {self.op.name!r} declares no differentiable inputs "
+                       "(Op(grads=...) names none)")
+            plan.run = _raiser(message)
+        elif self.op.backward is not None:
+            plan.run = self._formula_run(plan)
+            log.info("tkreg.ops.%s backward uses its formula: %s", self.op.name, "; ".join(plan.reasons))
+        elif self.op.peer is not None:
+            plan.run = self._peer_backward_run(plan)
+            self.warn_peer("; ".join([*plan.reasons, "no backward formula"]), what="differentiates through", stacklevel=2)
+        else:
+            message = (f"tkreg.ops.{self.op.name} has no gradient for these inputs: {'; '.join(plan.reasons)}; "
+                       f"op {self.op.name!r} has no backward formula (Op(backward=...)) and no peer to differentiate")
+            plan.run = _raiser(message)
+
+    def _backward_kernel_run(self, plan: BackwardPlan) -> Callable[..., tuple[Any, ...]]:
+        import torch
+
+        name, launch = plan.launchers[0]
+        view, layouts, params = plan.view, plan.outputs, plan.params
+        assert view is not None
+        grad_index = self.grad_index
+        grad_shapes = tuple(view.shapes[i] for i in grad_index)
+        differentiable = self.differentiable
+        dense = plan.dense_grads
+        empty = torch.empty
+
+        def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
+            if dense:
+                grad_outputs = [g.contiguous() for g in grad_outputs]
+            grads = tuple([empty(inputs[i].shape, dtype=inputs[i].dtype, device=inputs[i].device) for i in grad_index])
+            try:
+                launch(
+                    *view.inputs(inputs),
+                    *[layout.kernel(o) for layout, o in zip(layouts, outputs)],
+                    *[layouts[i].kernel(g) for i, g in zip(differentiable, grad_outputs)],
+                    out=tuple([g if s is None else g.view(s) for g, s in zip(grads, grad_shapes)]),
+                    **params,
+                )
+            except InputError as e:
+                plan.launchers = [(n, f) for n, f in plan.launchers if n != name]
+                plan.reasons.append(f"{name} refused them: {e}")
+                log.info("tkreg.ops.%s: backward kernel %s refused these inputs (%s)", self.op.name, name, e)
+                self._prepare_backward(plan)
+                return plan.run(inputs, outputs, grad_outputs, needs)  # type: ignore[misc]
+            return tuple([g if need else None for g, need in zip(grads, needs)])
+
+        return run
+
+    def _formula_run(self, plan: BackwardPlan) -> Callable[..., tuple[Any, ...]]:
+        import torch
+
+        formula = refs.resolve(self.op.backward)
+        keywords = keywords_of(formula)
+        takes_needs = keywords is not None and NEEDS_KEYWORD in keywords
+        params, grad_index, count, op = plan.params, self.grad_index, len(self.op.grads), self.op
+
+        def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
+            extra = {NEEDS_KEYWORD: needs} if takes_needs else {}
+            grads = as_tuple(formula(tuple(inputs), tuple(outputs), tuple(grad_outputs), **params, **extra))
+            if len(grads) != count:
+                names = ", ".join(op.grads)
+                raise TypeError(f"op {op.name}: its backward formula returned {len(grads)} gradient(s); it has {count} ({names})")
+            zeros = torch.zeros_like
+            pairs = zip(grads, grad_index, needs)
+            return tuple([None if not need else zeros(inputs[i]) if g is None else g for g, i, need in pairs])
+
+        return run
+
+    def _peer_backward_run(self, plan: BackwardPlan) -> Callable[..., tuple[Any, ...]]:
+        import torch
+
+        peer = refs.resolve(self.op.peer)
+        params, grad_index, differentiable = plan.params, self.grad_index, self.differentiable
+
+        def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
+            wanted = {i for i, need in zip(grad_index, needs) if need}
+            with torch.enable_grad():
+                leaves = [x.detach().requires_grad_(i in wanted) for i, x in enumerate(inputs)]
+                outs = as_tuple(peer(*leaves, out=None, **params))
+                pairs = [(outs[i], g) for i, g in zip(differentiable, grad_outputs) if outs[i].requires_grad]
+                targets = [leaves[i] for i in grad_index if i in wanted]
+                got = iter(
+                    torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True)
+                    if pairs and targets
+                    else [None] * len(targets)
+                )
+            result = []
+            for i, need in zip(grad_index, needs):
+                g = next(got) if need else None
+                result.append(None if not need else torch.zeros_like(inputs[i]) if g is None else g)
+            return tuple(result)
+
+        return run
+
     # -- deciding at trace time ------------------------------------------------------------------
-    def static_route(self, inputs: Sequence[Any]) -> Callable[..., Any] | None:
+    def static_route(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> Callable[..., Any] | None:
         """For tracing (FakeTensors, no addresses): the kernel a call of these inputs runs at any
         alignment, if its launcher is traceable (see tkreg.ops.traceable); else None, and the
-        traced graph calls the op's run-time dispatch instead."""
+        traced graph calls the op's run-time dispatch instead. Returns a callable of the inputs
+        that returns every output."""
+        values = self.params.values(params or {})
         view = self.form.kernel_view(inputs)
         if not isinstance(view, KernelView):
             return None
@@ -228,28 +515,58 @@ class Dispatcher:
         tops = []
         for aligned in (True, False):
             ranking = self.registry.ranking(self.op.name, None, [m.at(aligned) for m in metas])
-            tops.append(None if ranking.prefer_peer or not ranking.runnable else ranking.runnable[0])
+            runnable = self._without_writers(ranking.runnable, [])
+            tops.append(None if ranking.prefer_peer or not runnable else runnable[0])
         first, other = tops
         if first is None or other is None or first.name != other.name:
             return None
         launch = self.launcher(first)
         if not getattr(launch, TRACEABLE, False):
             return None
+        kwargs = self.params.as_dict(values)
+        form, several = self.form, self.several
 
         def traced(*inputs: Any) -> Any:
-            out = self.form.new_output(inputs)
-            launch(*view.inputs(inputs), out=view.output(out))
-            return out
+            layouts = form.output_layouts(inputs, view, kwargs, fake=True)
+            outs = tuple(layout.empty() for layout in layouts)
+            kernel_outs = tuple(layout.kernel(o) for layout, o in zip(layouts, outs))
+            launch(*view.inputs(inputs), out=kernel_outs if several else kernel_outs[0], **kwargs)
+            return outs if several else outs[0]
 
         return traced
 
-    def describe(self, inputs: Sequence[Any]) -> str:
+    def fake_outputs(self, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+        """New outputs for traced inputs, as a call returns them (the run-time op's fake)."""
+        outs = self.form.fake_outputs(inputs, self.params.as_dict(self.params.values(params)))
+        return outs if self.several else outs[0]
+
+    def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:
         """What a call with these inputs does and why (no launch)."""
-        return self.plan(inputs).describe(self.op.name)
+        return self.plan(inputs, self.params.values(params or {})).describe(self.op.name)
 
 
-def _rejections(ranking: Ranking) -> str:
-    return "; ".join(f"{v.kernel.name} ({' | '.join(v.reasons)})" for v in ranking.verdicts) or "the op has no kernels"
+def _allocator(layout: OutputLayout) -> Callable[[], Any]:
+    """A new tensor of this layout per call, with everything but the allocation bound now."""
+    import functools
+
+    import torch
+
+    if layout.stride is None:
+        return functools.partial(torch.empty, layout.shape, dtype=layout.dtype, device=layout.device)
+    return functools.partial(torch.empty_strided, layout.shape, layout.stride, dtype=layout.dtype, device=layout.device)
+
+
+def _raiser(message: str) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        raise NoGradientError(message)
+
+    return run
+
+
+def _rejections(ranking: Ranking, skipped: Sequence[str] = ()) -> str:
+    """Why no kernel runs: those skipped, then each rejected kernel with its reasons."""
+    parts = [*skipped, *(f"{v.kernel.name} ({' | '.join(v.reasons)})" for v in ranking.verdicts if v.reasons)]
+    return "; ".join(parts) or "the op has no kernels"
 
 
 @dataclass(frozen=True)

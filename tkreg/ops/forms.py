@@ -1,16 +1,28 @@
-"""Forms: how the inputs people pass map onto the 2-D inputs kernels take, per op.
+"""Forms: how an op's calling contract (``Op.contract``, :mod:`tkreg.core.contracts`) maps the
+tensors callers pass onto the inputs kernels take.
 
-Kernels take fixed-rank inputs (add: two (M, N) tensors; sum_row: (M, N); matmul: (M, K) and
-(K, N)); models pass tensors of any rank. A form states an op's calling contract (what makes
-inputs bad, whatever kernels exist), views the inputs as kernel inputs without copying where the
-layout allows, allocates the output in the caller's shape, describes kernel inputs for the
-wall-time model (named dims, a shape class, a layout) and says how gradients flow.
+Kernels take fixed-rank inputs; models pass tensors of any rank. One form per contract kind
+carries the contract out for any op that declares it: it checks callers' inputs (what makes
+inputs bad, whatever kernels exist), views them as kernel inputs without copying where the layout
+allows, lays out the outputs (the op's ``make_output`` on the kernel-level inputs, shapes given the
+caller's leading dims back) and describes kernel inputs for the wall-time model (named dims, the
+op's shape class, a layout word). No form knows any op: what differs between ops is declared.
 
-The three built-in ops have forms; any other op (a third-party plugin's) gets the plain form:
-inputs go to kernels as they are and the op's own ``make_output`` allocates the output.
+- plain: inputs go to kernels as they are; ``make_output``'s outputs as they are (strides kept).
+- elementwise: tensors of one shape, any rank, viewed as one 2-D (rows, cols) layout; a
+  contiguous 1-D tensor as rows of up to MAX_FLAT_WIDTH elements. Outputs shaped like the kernel
+  view get the caller's shape.
+- rows: the first input (..., N) viewed as (rows, N); inputs with its leading dims (per-row
+  targets) merged the same way; others (per-column weights) as they are. Outputs whose first dim
+  is the rows get the caller's leading dims back. (A 1-D first input is one row: only 0-d inputs
+  count as per-row then, since a per-row vector and a per-column weight look alike.)
+- linear: a (..., K) times b (K, N) (``F.linear``'s transposed weight included), out (..., N).
+  Batched: a (B, M, K) times b (B, K, N), out (B, M, N); a b that is the same for every batch
+  (B = 1, or a stride-0 expand) is taken as one (K, N) matrix and a's batches merge into rows; any
+  other b reaches kernels as 3-D tensors, which a kernel that takes only 2-D refuses.
 
 Importing this module imports no torch: the registry reads dims, classes and layouts of
-duck-typed tensors; views, outputs and gradients import torch when first used.
+duck-typed tensors; output layouts import torch when first used.
 """
 
 from __future__ import annotations
@@ -27,15 +39,9 @@ from ..core import refs
 from ..core.specs import Op
 from ..launch.inputs import is_tensor
 
-# sum_row shape classes: the rows' width decides how a kernel maps rows to programs.
-NARROW_MAX_N = 128  # up to 512 bytes per fp32 row: many rows per program
-MEDIUM_MAX_N = 4096  # a row fits one column step
-LONG_MIN_N = 65536  # rows of 256 KB and more
-FEW_ROWS = 1024  # fewer rows than this cannot fill the GPU with one row block per program
-# matmul: an output this thin in M or N leaves most SMs without a tile of the big tile shapes.
-SKINNY_MAX = 256
-# A 1-D contiguous add is viewed as rows of this many elements at most (a power of two dividing
-# its length), so TMA kernels get wide tiles; below MIN_FLAT_WIDTH it stays one row.
+# A 1-D contiguous elementwise input is viewed as rows of this many elements at most (a power of
+# two dividing its length), so kernels that tile rows (TMA boxes) get wide tiles; below
+# MIN_FLAT_WIDTH it stays one row.
 MAX_FLAT_WIDTH = 1024
 MIN_FLAT_WIDTH = 128
 
@@ -58,127 +64,90 @@ def _layout_word(tensors: Sequence[Any]) -> str:
     return "contiguous" if all(is_dense_row_major(t) for t in tensors) else "strided"
 
 
-@dataclass(frozen=True)
-class OutputSpec:
-    """The output a call returns: a new contiguous tensor of this shape, dtype and device."""
+def _joined(names: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
-    shape: tuple[Any, ...]
-    dtype: Any
-    device: Any
 
-    def empty(self) -> Any:
-        import torch
+def keywords_of(fn: Any) -> frozenset[str] | None:
+    """The keyword names ``fn`` takes (None: any, it has ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    if any(p.kind == p.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
 
-        return torch.empty(self.shape, dtype=self.dtype, device=self.device)
+
+def accepted(fn: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The params ``fn`` names (all of them when it takes ``**kwargs``): output allocators need
+    not take every parameter of their op."""
+    names = keywords_of(fn)
+    return dict(params) if names is None else {k: v for k, v in params.items() if k in names}
+
+
+def as_tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
 @dataclass(frozen=True)
 class KernelView:
-    """How one input signature reaches the kernels: the 2-D shape each input is viewed as (None:
-    passed as it is) and the shape the output is viewed as for the kernel's ``out``."""
+    """How one input signature reaches kernels: per input, the shape it is viewed as (None: as
+    it is); ``selects`` names inputs whose first index 0 is taken before the view (a batch of
+    equal matrices, read once). ``batched``: 3-D linear inputs passed as they are. ``note``
+    says what about the inputs decided the view (prefixed to reasons for the peer)."""
 
-    input_shapes: tuple[tuple[int, ...] | None, ...]
-    output_shape: tuple[int, ...] | None
-
-    def inputs(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(x if s is None else x.view(s) for x, s in zip(inputs, self.input_shapes))
-
-    def output(self, out: Any) -> Any:
-        return out if self.output_shape is None else out.view(self.output_shape)
-
-
-def argument_names(op: Op) -> tuple[str, ...] | None:
-    """The op's input names, from its reference implementation's positional parameters; None
-    when they cannot name a fixed list of tensors (varargs, keyword-only or defaulted inputs,
-    names that are not identifiers)."""
-    try:
-        signature = inspect.signature(refs.resolve(op.reference))
-    except (TypeError, ValueError):
-        return None
-    names = []
-    for p in signature.parameters.values():
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
-            return None
-        names.append(p.name)
-    return tuple(names) if names and all(n.isidentifier() for n in names) else None
-
-
-class Form:
-    """The plain form: inputs go to kernels unchanged; the op's make_output allocates."""
-
-    name = "plain"
-    differentiable = False
-
-    def __init__(self, op: Op) -> None:
-        self.op = op
+    shapes: tuple[tuple[int, ...] | None, ...]
+    selects: frozenset[int] = frozenset()
+    batched: bool = False
+    note: str = ""
 
     @functools.cached_property
-    def input_names(self) -> tuple[str, ...] | None:
-        """The inputs a call takes (from the op's reference implementation); None: any number."""
-        return argument_names(self.op)
+    def identity(self) -> bool:
+        """Every input reaches kernels as it is."""
+        return not self.selects and all(s is None for s in self.shapes)
 
-    def contract_reasons(self, inputs: Sequence[Any]) -> list[str]:
-        """Why these inputs break the op's calling contract, whatever kernels exist."""
-        names = self.input_names or tuple(f"input {i}" for i in range(len(inputs)))
-        if len(inputs) != len(names):
-            return [f"{self.op.name} takes {len(names)} tensor(s), got {len(inputs)}"]
-        reasons = [f"{n} must be a torch.Tensor, got {type(x).__name__}" for n, x in zip(names, inputs) if not is_tensor(x)]
-        return reasons or self.tensor_reasons(inputs)
-
-    def tensor_reasons(self, inputs: Sequence[Any]) -> list[str]:
-        """The contract beyond "these are tensors" (shapes, dtypes, devices agreeing)."""
-        return []
-
-    def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
-        """The view of these inputs for kernels, or why they cannot be viewed without a copy."""
-        return KernelView((None,) * len(inputs), None)
-
-    def output_spec(self, inputs: Sequence[Any]) -> OutputSpec | None:
-        """The output shape, dtype and device; None: the op's make_output decides."""
-        return None
-
-    def new_output(self, inputs: Sequence[Any]) -> Any:
-        spec = self.output_spec(inputs)
-        return spec.empty() if spec is not None else refs.resolve(self.op.make_output)(*inputs)
-
-    # -- for the wall-time model (kernel inputs, duck-typed) ----------------------------------
-    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int] | None:
-        """Sizes named as the op's cases name them, so the op's cost model applies; None when
-        this form does not know them (no wall-time estimate then)."""
-        return None
-
-    def shape_class(self, dims: dict[str, int]) -> str:
-        return "all"
-
-    def layout(self, kernel_inputs: Sequence[Any]) -> str:
-        return _layout_word(kernel_inputs)
-
-    # -- autograd ----------------------------------------------------------------------------
-    def save_for_backward(self, ctx: Any, inputs: Sequence[Any], output: Any) -> None:
-        raise NotImplementedError
-
-    def backward(self, ctx: Any, grad: Any, call: Callable[..., Any]) -> tuple[Any, ...]:
-        raise NotImplementedError(f"{self.op.name} has no backward")
+    def inputs(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        if self.identity:
+            return tuple(inputs)
+        taken = [x[0] if i in self.selects else x for i, x in enumerate(inputs)]
+        return tuple(x if s is None else x.view(s) for x, s in zip(taken, self.shapes))
 
 
-def _same_dtype_device(a: Any, b: Any) -> list[str]:
-    reasons = []
-    if a.dtype != b.dtype:
-        reasons.append(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
-    if a.device != b.device:
-        reasons.append(f"a and b must be on one device, got {a.device} and {b.device}")
-    return reasons
+@dataclass(frozen=True)
+class OutputLayout:
+    """One output as a call allocates it (the caller's shape; ``stride`` None: contiguous) and
+    the shape kernels see it as (None: as allocated)."""
+
+    shape: tuple[Any, ...]
+    stride: tuple[int, ...] | None
+    dtype: Any
+    device: Any
+    kernel_shape: tuple[Any, ...] | None = None
+
+    def empty(self) -> Any:
+        import torch
+
+        if self.stride is None:
+            return torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+
+    def kernel(self, t: Any) -> Any:
+        """``t`` (this output, or a tensor of its shape such as its gradient) as kernels see it."""
+        return t if self.kernel_shape is None else t.view(self.kernel_shape)
 
 
-def _rows_view(t: Any) -> tuple[int, int] | None:
-    """(M, N) for ``t`` with its leading dims merged, when its strides allow a view (duck-typed:
-    every non-unit leading dim's stride equals the next one's stride times its size)."""
+def _merged_shape(t: Any, k: int) -> tuple[int, ...] | None:
+    """t's shape with its first ``k`` dims merged into one, when its strides allow a view
+    (duck-typed: every non-unit dim among them has the stride of the next one times its size);
+    k = 0 adds a leading dim of 1."""
     shape, stride = shape_of(t), tuple(t.stride())
-    lead = [(s, st) for s, st in zip(shape[:-1], stride[:-1]) if s != 1]
+    lead = [(s, st) for s, st in zip(shape[:k], stride[:k]) if s != 1]
     for (_, outer), (size, inner) in itertools.pairwise(lead):
         if outer != inner * size:
             return None
-    return math.prod(shape[:-1]), shape[-1]
+    return (math.prod(shape[:k]), *shape[k:])
 
 
 def _coalesced(tensors: Sequence[Any]) -> list[int]:
@@ -199,177 +168,364 @@ def _coalesced(tensors: Sequence[Any]) -> list[int]:
 
 
 def _flat_width(n: int) -> int:
-    """Row width for a contiguous 1-D add of n elements (see MAX_FLAT_WIDTH)."""
+    """Row width for a contiguous 1-D elementwise input of n elements (see MAX_FLAT_WIDTH)."""
     width = math.gcd(n, MAX_FLAT_WIDTH)
     return width if width >= MIN_FLAT_WIDTH else n
 
 
-class ElementwiseForm(Form):
-    """add: two tensors of one shape, dtype and device, any rank; out has their shape."""
+class Form:
+    """The plain contract: inputs go to kernels as they are; the op's make_output allocates."""
 
-    name = "elementwise"
-    differentiable = True
-    input_names = ("a", "b")
+    kind = "plain"
+    DIMS: tuple[str, ...] = ()  # the kind's size names where the contract names none
 
-    def tensor_reasons(self, inputs: Sequence[Any]) -> list[str]:
-        a, b = inputs
-        reasons = [] if shape_of(a) == shape_of(b) else [f"a and b must have one shape, got {shape_of(a)} and {shape_of(b)}"]
-        return reasons + _same_dtype_device(a, b)
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.contract = op.contract
 
-    def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
-        a, b = inputs
-        shape = shape_of(a)
-        if len(shape) == 2:
-            return KernelView((None, None), None)
-        numel = math.prod(shape)
-        if len(shape) <= 1 and is_dense_row_major(a) and is_dense_row_major(b):
-            width = _flat_width(numel) if numel else 1
-            rows = (numel // width, width)
-            return KernelView((rows, rows), rows)
-        rows = _rows_view(a) if _rows_view(b) is not None else None
-        if rows is None:
-            groups = _coalesced(inputs)
-            if len(groups) > 2:
-                return (
-                    f"a (shape {shape}, strides {tuple(a.stride())}) and b (strides {tuple(b.stride())}) "
-                    "cannot be viewed as one 2-D layout without a copy"
-                )
-            rows = (groups[0] if len(groups) == 2 else 1, groups[-1] if groups else 1)
-        return KernelView((rows, rows), rows)
+    @functools.cached_property
+    def input_names(self) -> tuple[str, ...] | None:
+        """The inputs a call takes (declared, else the reference's); None: any number."""
+        return self.op.input_names()
 
-    def output_spec(self, inputs: Sequence[Any]) -> OutputSpec:
-        return OutputSpec(shape_of(inputs[0]), inputs[0].dtype, inputs[0].device)
+    def names_for(self, count: int) -> tuple[str, ...]:
+        names = self.input_names
+        return names if names is not None and len(names) == count else tuple(f"input {i}" for i in range(count))
 
-    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int]:
-        m, n = shape_of(kernel_inputs[0])
-        return {"M": m, "N": n}
+    def contract_reasons(self, inputs: Sequence[Any]) -> list[str]:
+        """Why these inputs break the op's calling contract, whatever kernels exist."""
+        names = self.input_names
+        if names is not None and len(inputs) != len(names):
+            return [f"{self.op.name} takes {len(names)} tensor(s) ({', '.join(names)}), got {len(inputs)}"]
+        names = self.names_for(len(inputs))
+        reasons = [f"{n} must be a torch.Tensor, got {type(x).__name__}" for n, x in zip(names, inputs) if not is_tensor(x)]
+        return reasons or self.tensor_reasons(inputs, names)
 
-    def save_for_backward(self, ctx: Any, inputs: Sequence[Any], output: Any) -> None:
-        pass
-
-    def backward(self, ctx: Any, grad: Any, call: Callable[..., Any]) -> tuple[Any, ...]:
-        # d(a + b)/da = d(a + b)/db = 1
-        return tuple(grad if need else None for need in ctx.needs_input_grad)
-
-
-class RowReductionForm(Form):
-    """sum_row: sums the last dim of a tensor of rank >= 1; out has the leading dims."""
-
-    name = "row reduction"
-    differentiable = True
-    input_names = ("x",)
-
-    def tensor_reasons(self, inputs: Sequence[Any]) -> list[str]:
-        if len(shape_of(inputs[0])) < 1:
-            return [f"x must have at least one dimension to sum over, got shape {shape_of(inputs[0])}"]
+    def tensor_reasons(self, inputs: Sequence[Any], names: Sequence[str]) -> list[str]:
+        """The contract beyond "these are tensors" (shapes, dtypes, devices agreeing)."""
         return []
 
     def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
-        (x,) = inputs
-        shape = shape_of(x)
-        if len(shape) == 2:
-            return KernelView((None,), None)
-        rows = _rows_view(x)
-        if rows is None:
-            return f"x (shape {shape}, strides {tuple(x.stride())}): its leading dims cannot be merged into rows without a copy"
-        return KernelView((rows,), (rows[0],))
+        """The view of these inputs for kernels, or why they cannot be viewed without a copy."""
+        return KernelView((None,) * len(inputs))
 
-    def output_spec(self, inputs: Sequence[Any]) -> OutputSpec:
-        (x,) = inputs
-        return OutputSpec(shape_of(x)[:-1], x.dtype, x.device)
+    # -- outputs ---------------------------------------------------------------------------------
+    def output_layouts(
+        self, inputs: Sequence[Any], view: KernelView | None, params: dict[str, Any], fake: bool = False
+    ) -> tuple[OutputLayout, ...]:
+        """The outputs a call of these inputs allocates. The op's make_output runs on stand-ins
+        of the kernel inputs (``view``; None: the view the contract takes from shapes alone, as
+        for a call that goes to the peer): metadata-only (meta) tensors for real inputs, or, with
+        ``fake``, the traced (fake) tensors themselves; its outputs get the caller's dims back."""
+        import torch
 
-    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int]:
-        m, n = shape_of(kernel_inputs[0])
-        return {"M": m, "N": n}
+        def probe(t: Any, shape: tuple[Any, ...] | None = None, where: Any = "meta") -> Any:
+            if not is_tensor(t):
+                return t
+            if fake:
+                return t if shape is None else t.new_empty(shape)
+            where = t.device if where is None else where
+            if shape is None:
+                return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=where)
+            return torch.empty(shape, dtype=t.dtype, device=where)
+
+        def probes(where: Any) -> list[Any]:
+            if view is not None:
+                made = [probe(x, None, where) for x in view.inputs(inputs)]
+            else:
+                made = [probe(x, s, where) for x, s in zip(inputs, self.logical_shapes(inputs))]
+            return self.probe_inputs(inputs, view, made)
+
+        device = None if fake else next((x.device for x in inputs if is_tensor(x)), None)
+        try:
+            return self._layouts(inputs, view, probes("meta"), params, device)
+        except (NotImplementedError, RuntimeError):
+            if fake:
+                raise
+            # a make_output that cannot run on meta tensors: once more on real (unfilled) ones
+            return self._layouts(inputs, view, probes(None), params, device)
+
+    def fake_outputs(self, inputs: Sequence[Any], params: dict[str, Any]) -> tuple[Any, ...]:
+        """New outputs for traced (fake, possibly symbolic) inputs, laid out as a call's."""
+        return tuple(layout.empty() for layout in self.output_layouts(inputs, None, params, fake=True))
+
+    def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+        """Kernel-level shapes of the inputs, from shapes alone (None: as they are)."""
+        return (None,) * len(inputs)
+
+    def probe_inputs(self, inputs: Sequence[Any], view: KernelView | None, probes: list[Any]) -> list[Any]:
+        """What make_output is called with: the kernel-level inputs (see LinearForm)."""
+        return probes
+
+    def _layouts(
+        self, inputs: Sequence[Any], view: KernelView | None, probes: Sequence[Any], params: dict[str, Any], device: Any
+    ) -> tuple[OutputLayout, ...]:
+        allocate = refs.resolve(self.op.make_output)
+        made = as_tuple(allocate(*probes, **accepted(allocate, params)))
+        if len(made) != len(self.op.outputs):
+            names = ", ".join(o.name for o in self.op.outputs)
+            raise TypeError(
+                f"op {self.op.name}: make_output returned {len(made)} tensor(s) for {len(self.op.outputs)} outputs ({names})"
+            )
+        layouts = []
+        for out in made:
+            where = device if device is not None and out.device.type == "meta" else out.device
+            layouts.append(self.output_layout(inputs, view, probes, out, where))
+        return tuple(layouts)
+
+    def output_layout(self, inputs: Sequence[Any], view: KernelView | None, probes: Sequence[Any], out: Any,
+                      device: Any) -> OutputLayout:
+        """One output of make_output (on ``probes``) as the caller gets it."""
+        stride = None if is_dense_row_major(out) else tuple(out.stride())
+        return OutputLayout(shape_of(out), stride, out.dtype, device)
+
+    # -- for the wall-time model (kernel inputs, duck-typed) ----------------------------------
+    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int] | None:
+        """Sizes named as the op's cases name them (``contract.dims``), so the op's cost model
+        applies; None when they cannot be told (no wall-time estimate then). Plain: the first
+        input's sizes, where the contract names as many."""
+        shape = shape_of(kernel_inputs[0]) if kernel_inputs else ()
+        names = self.contract.dims
+        return dict(zip(names, shape)) if names and len(names) == len(shape) else None
+
+    def _named(self, sizes: tuple[int, ...]) -> dict[str, int]:
+        """Sizes in the order the contract kind defines, named as the contract names them."""
+        return dict(zip(self.contract.dims or self.DIMS, sizes))
+
+    @functools.cached_property
+    def _shape_class(self) -> Callable[[dict[str, int]], str] | None:
+        ref = self.contract.shape_class
+        return None if ref is None else refs.resolve(ref)
 
     def shape_class(self, dims: dict[str, int]) -> str:
-        return row_class(dims["M"], dims["N"])
+        """The op's class of these dims (``contract.shape_class``); one class by default."""
+        fn = self._shape_class
+        return "all" if fn is None else str(fn(dims))
 
-    def save_for_backward(self, ctx: Any, inputs: Sequence[Any], output: Any) -> None:
-        ctx.input_shape = shape_of(inputs[0])
-
-    def backward(self, ctx: Any, grad: Any, call: Callable[..., Any]) -> tuple[Any, ...]:
-        # every element of a row contributes once to its sum
-        return (grad.unsqueeze(-1).expand(ctx.input_shape),)
+    def layout(self, kernel_inputs: Sequence[Any]) -> str:
+        return _layout_word([t for t in kernel_inputs if is_tensor(t)])
 
 
-def row_class(m: int, n: int) -> str:
-    """The sum_row shape class of an (m, n) input."""
-    if n <= NARROW_MAX_N:
-        return "narrow rows"
-    if n <= MEDIUM_MAX_N:
-        return "medium rows"
-    if m < FEW_ROWS:
-        return "few long rows"
-    return "long rows" if n >= LONG_MIN_N else "square"
+def _agreement_reasons(inputs: Sequence[Any], names: Sequence[str], dtypes_too: bool = True) -> list[str]:
+    """Tensors on one device, and (``dtypes_too``) the floating ones of one dtype."""
+    reasons = []
+    devices = [x.device for x in inputs]
+    if len(set(devices)) > 1:
+        reasons.append(f"{_joined(names)} must be on one device, got {', '.join(map(str, devices))}")
+    floating = [(n, x.dtype) for n, x in zip(names, inputs) if getattr(x.dtype, "is_floating_point", True)]
+    if dtypes_too and len({d for _, d in floating}) > 1:
+        got = " and ".join(str(d) for _, d in floating)
+        reasons.append(f"{_joined([n for n, _ in floating])} must have one dtype, got {got}")
+    return reasons
+
+
+class ElementwiseForm(Form):
+    """Tensors of one shape, any rank; floating ones of one dtype."""
+
+    kind = "elementwise"
+    DIMS = ("M", "N")
+
+    def tensor_reasons(self, inputs: Sequence[Any], names: Sequence[str]) -> list[str]:
+        shapes = [shape_of(x) for x in inputs]
+        reasons = []
+        if len(set(shapes)) > 1:
+            reasons.append(f"{_joined(names)} must have one shape, got {' and '.join(map(str, shapes))}")
+        return reasons + _agreement_reasons(inputs, names)
+
+    def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
+        shape = shape_of(inputs[0])
+        if len(shape) == 2:
+            return KernelView((None,) * len(inputs))
+        numel = math.prod(shape)
+        if len(shape) <= 1 and all(is_dense_row_major(x) for x in inputs):
+            width = _flat_width(numel) if numel else 1
+            rows = (numel // width, width)
+            return KernelView((rows,) * len(inputs))
+        merged = [_merged_shape(x, len(shape) - 1) for x in inputs]
+        rows = merged[0] if len(shape) >= 2 and all(m is not None for m in merged) else None
+        if rows is None:
+            groups = _coalesced(inputs)
+            if len(groups) > 2:
+                strides = ", ".join(f"{tuple(x.stride())}" for x in inputs)
+                return f"inputs of shape {shape} with strides {strides} cannot be viewed as one 2-D layout without a copy"
+            rows = (groups[0] if len(groups) == 2 else 1, groups[-1] if groups else 1)
+        return KernelView((rows,) * len(inputs))
+
+    def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+        shape = shape_of(inputs[0])
+        if len(shape) == 2:
+            return (None,) * len(inputs)
+        rows = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+        return (rows,) * len(inputs)
+
+    def output_layout(self, inputs: Sequence[Any], view: KernelView | None, probes: Sequence[Any], out: Any,
+                      device: Any) -> OutputLayout:
+        kernel = shape_of(probes[0])
+        if shape_of(out) == kernel:
+            caller = shape_of(inputs[0])
+            return OutputLayout(caller, None, out.dtype, device, None if caller == kernel else kernel)
+        return OutputLayout(shape_of(out), None, out.dtype, device)
+
+    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int]:
+        return self._named(shape_of(kernel_inputs[0]))  # (rows, cols)
+
+
+class RowsForm(Form):
+    """Row-wise over the last dim of the first input, of rank >= 1."""
+
+    kind = "rows"
+    DIMS = ("M", "N")
+
+    def tensor_reasons(self, inputs: Sequence[Any], names: Sequence[str]) -> list[str]:
+        if len(shape_of(inputs[0])) < 1:
+            return [f"{names[0]} must have at least one dimension (its rows are the last), got shape {shape_of(inputs[0])}"]
+        return _agreement_reasons(inputs, names, dtypes_too=False)
+
+    @staticmethod
+    def _per_row(x: Any, lead: tuple[int, ...]) -> bool:
+        """An input with the first input's leading dims (one entry, or one vector, per row)."""
+        shape = shape_of(x)
+        return len(shape) == 0 if not lead else shape[: len(lead)] == lead
+
+    def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
+        x = inputs[0]
+        shape = shape_of(x)
+        lead = shape[:-1]
+        if len(lead) == 1:
+            return KernelView((None,) * len(inputs))
+        names = self.names_for(len(inputs))
+        shapes: list[tuple[int, ...] | None] = []
+        for i, t in enumerate(inputs):
+            if i and not (is_tensor(t) and self._per_row(t, lead)):
+                shapes.append(None)
+                continue
+            merged = _merged_shape(t, len(lead))
+            if merged is None:
+                return (
+                    f"{names[i]} (shape {shape_of(t)}, strides {tuple(t.stride())}): its leading dims cannot be merged "
+                    "into rows without a copy"
+                )
+            shapes.append(merged)
+        return KernelView(tuple(shapes))
+
+    def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+        lead = shape_of(inputs[0])[:-1]
+        if len(lead) == 1:
+            return (None,) * len(inputs)
+        rows = math.prod(lead)
+        return tuple(
+            (rows, *shape_of(t)[len(lead):]) if i == 0 or (is_tensor(t) and self._per_row(t, lead)) else None
+            for i, t in enumerate(inputs)
+        )
+
+    def output_layout(self, inputs: Sequence[Any], view: KernelView | None, probes: Sequence[Any], out: Any,
+                      device: Any) -> OutputLayout:
+        rows = shape_of(probes[0])[0]
+        kernel = shape_of(out)
+        if kernel and kernel[0] == rows:
+            caller = (*shape_of(inputs[0])[:-1], *kernel[1:])
+            return OutputLayout(caller, None, out.dtype, device, None if caller == kernel else kernel)
+        return OutputLayout(kernel, None, out.dtype, device)
+
+    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int]:
+        return self._named(shape_of(kernel_inputs[0]))  # (rows, row length)
 
 
 class LinearForm(Form):
-    """matmul: A (..., K) times B (K, N), as F.linear uses it (B may be a transposed (N, K)
-    weight); out is (..., N)."""
+    """a (..., K) times b (K, N), out (..., N); batched: a (B, M, K) times b (B, K, N)."""
 
-    name = "linear"
-    differentiable = True
-    input_names = ("a", "b")
+    kind = "linear"
+    DIMS = ("M", "N", "K")
+    BATCHED_NOTE = "batched a (B, M, K) @ b (B, K, N) with a b per batch, passed to kernels as 3-D tensors"
 
-    def tensor_reasons(self, inputs: Sequence[Any]) -> list[str]:
-        a, b = inputs
+    def tensor_reasons(self, inputs: Sequence[Any], names: Sequence[str]) -> list[str]:
+        if len(inputs) < 2:
+            return [f"op {self.op.name}: the linear contract needs two inputs (a (..., K) and b (K, N)), it has {len(inputs)}"]
+        a, b = inputs[:2]
+        na, nb = names[:2]
+        sa, sb = shape_of(a), shape_of(b)
         reasons = []
-        if len(shape_of(a)) < 1:
-            reasons.append(f"a must have at least one dimension, got shape {shape_of(a)}")
-        if len(shape_of(b)) != 2:
-            reasons.append(f"b must be 2-D (K, N), got shape {shape_of(b)}")
-        if not reasons and shape_of(a)[-1] != shape_of(b)[0]:
-            reasons.append(f"inner dimensions differ: a is {shape_of(a)}, b is {shape_of(b)} (need a (..., K), b (K, N))")
-        return reasons + _same_dtype_device(a, b)
+        if len(sa) < 1:
+            reasons.append(f"{na} must have at least one dimension, got shape {sa}")
+        if self.contract.batched:
+            if len(sb) not in (2, 3):
+                reasons.append(f"{nb} must be 2-D (K, N) or 3-D (B, K, N), got shape {sb}")
+            elif len(sb) == 3 and (len(sa) != 3 or sa[0] != sb[0]):
+                reasons.append(f"a 3-D {nb} (B, K, N) takes a 3-D {na} (B, M, K) with the same B; got {na} {sa}, {nb} {sb}")
+        elif len(sb) != 2:
+            reasons.append(f"{nb} must be 2-D (K, N), got shape {sb}")
+        if not reasons and sa[-1] != sb[-2]:
+            reasons.append(f"inner dimensions differ: {na} is {sa}, {nb} is {sb} (need {na} (..., K), {nb} (K, N))")
+        return reasons + _agreement_reasons(inputs[:2], names[:2])
 
     def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
-        a, b = inputs
-        shape = shape_of(a)
-        if len(shape) == 2:
-            return KernelView((None, None), None)
-        rows = _rows_view(a)
+        a, b = inputs[:2]
+        rest: tuple[None, ...] = (None,) * (len(inputs) - 2)
+        sa, sb = shape_of(a), shape_of(b)
+        names = self.names_for(len(inputs))
+        if len(sb) == 3:
+            if sb[0] == 1 or b.stride(0) == 0:  # one matrix for every batch: a's batches are rows
+                rows = _merged_shape(a, 2)
+                if rows is not None:
+                    return KernelView((rows, sb[1:], *rest), selects=frozenset({1}))
+            return KernelView((None, None, *rest), batched=True, note=self.BATCHED_NOTE)
+        if len(sa) == 2:
+            return KernelView((None, None, *rest))
+        rows = _merged_shape(a, len(sa) - 1)
         if rows is None:
-            return f"a (shape {shape}, strides {tuple(a.stride())}): its leading dims cannot be merged into rows without a copy"
-        return KernelView((rows, None), (rows[0], shape_of(b)[1]))
+            where = f"{names[0]} (shape {sa}, strides {tuple(a.stride())})"
+            return f"{where}: its leading dims cannot be merged into rows without a copy"
+        return KernelView((rows, None, *rest))
 
-    def output_spec(self, inputs: Sequence[Any]) -> OutputSpec:
-        a, b = inputs
-        return OutputSpec((*shape_of(a)[:-1], shape_of(b)[1]), a.dtype, a.device)
+    def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+        a, b = inputs[:2]
+        sa, sb = shape_of(a), shape_of(b)
+        rest = (None,) * (len(inputs) - 2)
+        if len(sb) == 3 or len(sa) == 2:
+            return (None, None, *rest)
+        return ((math.prod(sa[:-1]), sa[-1]), None, *rest)
 
-    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int]:
-        (m, k), (_, n) = shape_of(kernel_inputs[0]), shape_of(kernel_inputs[1])
-        return {"M": m, "N": n, "K": k}
+    def probe_inputs(self, inputs: Sequence[Any], view: KernelView | None, probes: list[Any]) -> list[Any]:
+        # make_output describes one (M, K) @ (K, N) product: a batch of them gets (M, N) per batch
+        if len(shape_of(inputs[1])) == 3:
+            if view is not None and not view.batched:
+                return probes  # b taken once, a's batches merged into rows: already 2-D
+            return [probes[0][0], probes[1][0], *probes[2:]]
+        return probes
 
-    def shape_class(self, dims: dict[str, int]) -> str:
-        return "skinny" if min(dims["M"], dims["N"]) <= SKINNY_MAX else "large"
+    def output_layout(self, inputs: Sequence[Any], view: KernelView | None, probes: Sequence[Any], out: Any,
+                      device: Any) -> OutputLayout:
+        kernel = shape_of(out)
+        m, n = shape_of(probes[0])[0], shape_of(probes[1])[1]
+        if kernel != (m, n):
+            return OutputLayout(kernel, None, out.dtype, device)
+        a, b = inputs[:2]
+        if len(shape_of(b)) == 3:
+            caller = (shape_of(a)[0], *shape_of(a)[1:-1], n)
+            if view is None or view.batched:
+                return OutputLayout(caller, None, out.dtype, device)
+        else:
+            caller = (*shape_of(a)[:-1], n)
+        return OutputLayout(caller, None, out.dtype, device, None if caller == kernel else kernel)
+
+    def dims(self, kernel_inputs: Sequence[Any]) -> dict[str, int] | None:
+        sa, sb = shape_of(kernel_inputs[0]), shape_of(kernel_inputs[1])
+        if len(sa) != 2 or len(sb) != 2:
+            return None  # 3-D batches: not what the measured points describe
+        return self._named((sa[0], sb[1], sa[1]))
 
     def layout(self, kernel_inputs: Sequence[Any]) -> str:
         """Which operands are row-major ("row") or column-major ("col", e.g. B = W.t())."""
         words = []
         for name, t in zip("ab", kernel_inputs):
-            stride = tuple(t.stride())
+            stride = tuple(t.stride())[-2:]
             words.append(f"{name} {'row' if stride[1] == 1 else 'col' if stride[0] == 1 else 'strided'}")
         return ", ".join(words)
 
-    def save_for_backward(self, ctx: Any, inputs: Sequence[Any], output: Any) -> None:
-        ctx.save_for_backward(*inputs)
 
-    def backward(self, ctx: Any, grad: Any, call: Callable[..., Any]) -> tuple[Any, ...]:
-        # C = A B: dA = dC B^T; dB = A^T dC with A's and dC's leading dims merged into rows.
-        a, b = ctx.saved_tensors
-        need_a, need_b = ctx.needs_input_grad
-        grad_a = call(grad, b.t()) if need_a else None
-        grad_b = None
-        if need_b:
-            k, n = shape_of(b)
-            grad_b = call(a.reshape(-1, k).t(), grad.reshape(-1, n))
-        return grad_a, grad_b
-
-
-BUILT_IN: dict[str, type[Form]] = {"add": ElementwiseForm, "sum_row": RowReductionForm, "matmul": LinearForm}
+FORMS: dict[str, type[Form]] = {"plain": Form, "elementwise": ElementwiseForm, "rows": RowsForm, "linear": LinearForm}
 
 
 def form_for(op: Op) -> Form:
-    """The op's form: a built-in op's own, else the plain form."""
-    return BUILT_IN.get(op.name, Form)(op)
+    """The form of the op's declared contract."""
+    return FORMS[op.contract.kind](op)

@@ -1,17 +1,28 @@
 """tkreg ops as PyTorch operators, through torch.library.
 
-Each op gets two operators with the schema ``(Tensor a, Tensor b, ...) -> Tensor`` (argument
-names from the op's reference implementation):
+Each op gets operators with the schema ``(Tensor a, Tensor b, *, float eps=1e-06) -> Tensor``
+(tensor arguments named as the op names its inputs, its parameters keyword-only with their
+defaults; ``-> (Tensor, Tensor)`` where the op has several outputs):
 
-- ``torch.ops.tkreg.<op>``, a ``triton_op``: what users and torch.compile see, with autograd where
-  the op's form has a backward. Called with real tensors it dispatches (:mod:`.dispatch`). When
-  torch.compile's AOT stage traces into it (FakeTensors: shapes and strides, no addresses), it
-  asks :meth:`Dispatcher.static_route` whether the kernel is the same at every alignment and has
-  a traceable launcher (one that launches through ``torch.library.wrap_triton``): then the trace
-  holds that kernel's launch, which Inductor can see into. Otherwise the trace holds
+- ``torch.ops.tkreg.<op>``, a ``triton_op``: what users and torch.compile see, returning every
+  output, with autograd (see below). Called with real tensors it dispatches (:mod:`.dispatch`).
+  When torch.compile's AOT stage traces into it (FakeTensors: shapes and strides, no addresses),
+  it asks :meth:`Dispatcher.static_route` whether the kernel is the same at every alignment and
+  has a traceable launcher (one that launches through ``torch.library.wrap_triton``): then the
+  trace holds that kernel's launch, which Inductor can see into. Otherwise the trace holds
 - ``torch.ops.tkreg_dispatch.<op>``, a ``custom_op`` with a fake implementation: opaque to the
   compiler, it dispatches on the real tensors when the compiled graph runs, so a compiled graph
   calls the kernel an eager call of the same inputs calls.
+
+Autograd: the forward saves the inputs and every output; the backward computes the gradients of
+the inputs the op lists in ``grads`` (:meth:`Dispatcher.backward`: a backward kernel, else the
+op's formula, else the peer; None for other inputs), with zeros for the upstream gradient of an
+output nothing used. Eagerly it dispatches directly; traced, it calls
+``torch.ops.tkreg_backward.<op>`` (``(Tensor[] tensors, bool[] needs, *, params) -> Tensor[]``,
+opaque like the run-time operator), so compiled gradients run what eager ones run. An op that
+declares no gradients raises NoGradientError when differentiated.
+
+``tkreg.ops.<op>`` (:func:`entry_point`) returns the outputs the op marks ``returned``.
 
 torch.library operators live for the whole process; installing another registry later re-uses
 them and swaps the dispatcher they call (see :class:`Slot`).
@@ -28,13 +39,14 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
-from .dispatch import Dispatcher
-from .forms import argument_names
+from ..core.specs import Op
+from .dispatch import Dispatcher, NoGradientError
 
 log = logging.getLogger("tkreg.ops")
 
 TRACED_NAMESPACE = "tkreg"
 RUNTIME_NAMESPACE = "tkreg_dispatch"
+BACKWARD_NAMESPACE = "tkreg_backward"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -46,75 +58,159 @@ class Slot:
     entry: Callable[..., Any] | None = None
 
 
-# op name -> (argument names, slot, torch.ops.tkreg.<op>.default)
-_REGISTERED: dict[str, tuple[tuple[str, ...], Slot, Any]] = {}
+# op name -> (what its schema depends on, slot, torch.ops.tkreg.<op>.default)
+_REGISTERED: dict[str, tuple[Any, Slot, Any]] = {}
+
+
+def signature_of(op: Op, names: Sequence[str]) -> inspect.Signature:
+    """The Python signature torch.library reads the schema from."""
+    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor) for n in names]
+    parameters += [
+        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, annotation=p.kind, default=p.default) for p in op.params
+    ]
+    returns: Any = torch.Tensor if len(op.outputs) == 1 else tuple.__class_getitem__((torch.Tensor,) * len(op.outputs))
+    return inspect.Signature(parameters, return_annotation=returns)
 
 
 def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, None]:
     """Register (or re-use) ``torch.ops.tkreg.<op>`` for this dispatcher's op; (None, None) when
     the op's name or inputs cannot make a torch operator (tkreg.ops.<op> still works, eagerly)."""
     op = dispatcher.op
-    names = argument_names(op)
+    names = dispatcher.form.input_names
     if names is None or not op.name.isidentifier():
         return None, None
+    schema_key = (names, tuple((p.name, p.kind, p.default) for p in op.params), len(op.outputs))
     known = _REGISTERED.get(op.name)
-    if known is not None and known[0] == names:
+    if known is not None and known[0] == schema_key:
         _, slot, overload = known
         slot.dispatcher = dispatcher
         return slot, overload
     slot = Slot(dispatcher)
     try:
-        overload = _define(op.name, names, slot)
-    except Exception as e:  # a torch without these APIs: tkreg.ops.<op> still dispatches eagerly
+        overload = _define(op, names, slot)
+    except Exception as e:  # a torch without these APIs, or a name taken with another schema: eager calls only
         log.warning("tkreg.ops.%s: no torch operator (%s: %s); eager calls only", op.name, type(e).__name__, e)
         return None, None
-    _REGISTERED[op.name] = (names, slot, overload)
+    _REGISTERED[op.name] = (schema_key, slot, overload)
     return slot, overload
 
 
-def _define(name: str, names: tuple[str, ...], slot: Slot) -> Any:
-    schema = "(" + ", ".join(f"Tensor {n}" for n in names) + ") -> Tensor"
+def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
+    name = op.name
+    signature = signature_of(op, names)
+    count = len(names)
 
-    def run_time(*inputs: Any) -> Any:
-        return slot.dispatcher(*inputs)
+    def run_time(*inputs: Any, **params: Any) -> Any:
+        return slot.dispatcher(*inputs, **params)
 
-    runtime = torch.library.custom_op(f"{RUNTIME_NAMESPACE}::{name}", run_time, mutates_args=(), schema=schema)
-    runtime.register_fake(lambda *inputs: slot.dispatcher.form.new_output(inputs))
+    run_time.__signature__ = signature  # type: ignore[attr-defined]
+    runtime = torch.library.custom_op(f"{RUNTIME_NAMESPACE}::{name}", run_time, mutates_args=())
+    runtime.register_fake(lambda *inputs, **params: slot.dispatcher.fake_outputs(inputs, params))
     runtime_overload = getattr(getattr(torch.ops, RUNTIME_NAMESPACE), name).default
 
-    def body(*inputs: Any) -> Any:
+    def body(*inputs: Any, **params: Any) -> Any:
         dispatcher = slot.dispatcher
         if all(type(t) in _PLAIN for t in inputs):  # real tensors: eager, or a compiled graph running
-            return dispatcher(*inputs)
-        route = dispatcher.static_route(inputs)
-        return route(*inputs) if route is not None else runtime_overload(*inputs)
+            return dispatcher(*inputs, **params)
+        route = dispatcher.static_route(inputs, params)
+        return route(*inputs) if route is not None else runtime_overload(*inputs, **params)
 
-    # triton_op infers the schema from the signature: one Tensor per input.
-    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor) for n in names]
-    body.__signature__ = inspect.Signature(parameters, return_annotation=torch.Tensor)  # type: ignore[attr-defined]
+    body.__signature__ = signature  # type: ignore[attr-defined]
     traced = torch.library.triton_op(f"{TRACED_NAMESPACE}::{name}", body, mutates_args=())
-    if slot.dispatcher.form.differentiable:
+    backward_overload = _define_backward(op, slot)
 
-        def setup_context(ctx: Any, inputs: Sequence[Any], output: Any) -> None:
-            slot.dispatcher.form.save_for_backward(ctx, inputs, output)
+    def setup_context(ctx: Any, inputs: Sequence[Any], output: Any, keyword_only_inputs: dict[str, Any] | None = None) -> None:
+        specs = slot.dispatcher.op.outputs
+        outs = tuple(output) if len(specs) > 1 else (output,)
+        ctx.save_for_backward(*inputs, *outs)
+        ctx.tkreg_params = dict(keyword_only_inputs or {})
+        fixed = [t for t, spec in zip(outs, specs) if not spec.differentiable]
+        if fixed:
+            ctx.mark_non_differentiable(*fixed)
 
-        def backward(ctx: Any, grad: Any) -> Any:
-            assert slot.entry is not None  # set by tkreg.ops.install before any call
-            return slot.dispatcher.form.backward(ctx, grad, slot.entry)
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        dispatcher = slot.dispatcher
+        if not dispatcher.op.grads:
+            raise NoGradientError(
+                f"tkreg.ops.{name} has no gradient: op {name!r} declares no differentiable inputs (Op(grads=...) names none)"
+            )
+        saved = ctx.saved_tensors
+        inputs, outputs = saved[:count], saved[count:]
+        result: list[Any] = [None] * count
+        needs = tuple(ctx.needs_input_grad[i] for i in dispatcher.grad_index)
+        if not any(needs):  # only inputs the op gives no gradient require one
+            return tuple(result)
+        grad_outputs = tuple(torch.zeros_like(outputs[i]) if grads[i] is None else grads[i] for i in dispatcher.differentiable)
+        params = ctx.tkreg_params
+        if all(type(t) in _PLAIN for t in (*saved, *grad_outputs)):
+            got = dispatcher.backward(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
+        else:  # traced: the run-time backward decides on the real tensors
+            got = backward_overload([*inputs, *outputs, *grad_outputs], list(needs), **params)
+        for i, g, need in zip(dispatcher.grad_index, got, needs):
+            result[i] = g if need else None
+        return tuple(result)
 
-        traced.register_autograd(backward, setup_context=setup_context)
+    traced.register_autograd(backward, setup_context=setup_context)
     return getattr(getattr(torch.ops, TRACED_NAMESPACE), name).default
+
+
+def _define_backward(op: Op, slot: Slot) -> Any:
+    """``torch.ops.tkreg_backward.<op>``: the gradients (one per input in ``grads``; an empty
+    tensor where ``needs`` says no), computed on real tensors when a compiled graph runs."""
+    parameters = [
+        inspect.Parameter("tensors", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=list[torch.Tensor]),
+        inspect.Parameter("needs", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=list[bool]),
+    ]
+    parameters += [
+        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, annotation=p.kind, default=p.default) for p in op.params
+    ]
+    signature = inspect.Signature(parameters, return_annotation=list[torch.Tensor])
+
+    def split(tensors: Sequence[Any]) -> tuple[Sequence[Any], Sequence[Any], Sequence[Any]]:
+        count, outputs = len(slot.dispatcher.form.input_names or ()), len(slot.dispatcher.op.outputs)
+        return tensors[:count], tensors[count : count + outputs], tensors[count + outputs :]
+
+    def gradients(tensors: list[Any], needs: list[bool], **params: Any) -> list[Any]:
+        dispatcher = slot.dispatcher
+        inputs, outputs, grad_outputs = split(tensors)
+        got = dispatcher.backward(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
+        result: list[Any] = []
+        for i, g, need in zip(dispatcher.grad_index, got, needs):
+            result.append(_fresh(g, [*tensors, *result]) if need else inputs[i].new_empty(0))
+        return result
+
+    def fake(tensors: list[Any], needs: list[bool], **params: Any) -> list[Any]:
+        inputs = split(tensors)[0]
+        grad_index = slot.dispatcher.grad_index
+        return [inputs[i].new_empty(inputs[i].shape if need else (0,)) for i, need in zip(grad_index, needs)]
+
+    gradients.__signature__ = signature  # type: ignore[attr-defined]
+    defined = torch.library.custom_op(f"{BACKWARD_NAMESPACE}::{op.name}", gradients, mutates_args=())
+    defined.register_fake(fake)
+    return getattr(getattr(torch.ops, BACKWARD_NAMESPACE), op.name).default
+
+
+def _fresh(t: Any, others: Sequence[Any]) -> Any:
+    """``t`` as a custom op may return it: contiguous, sharing memory with nothing it got or
+    returned already (a formula may pass an upstream gradient on, or expand it)."""
+    storage = t.untyped_storage().data_ptr()
+    if t.is_contiguous() and all(o.untyped_storage().data_ptr() != storage for o in others):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def entry_point(dispatcher: Dispatcher, overload: Any) -> Callable[..., Any]:
     """``tkreg.ops.<op>``: plain tensors that need no autograd go straight to the dispatcher
     (the torch.library path costs several microseconds more per call); under torch.compile,
-    autograd, tensor subclasses or a dispatch mode, the call goes through the torch operator."""
-    if overload is None:
-        return dispatcher
+    autograd, tensor subclasses or a dispatch mode, the call goes through the torch operator.
+    Returns the outputs the op marks ``returned`` (one tensor, or a tuple of them)."""
+    op = dispatcher.op
+    returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
+    several = len(op.outputs) > 1
     is_compiling = torch.compiler.is_compiling
     grad_enabled = torch.is_grad_enabled
     tensor, parameter = _PLAIN
+    check_params = dispatcher.params.values
 
     def needs_torch(inputs: Sequence[Any]) -> bool:
         grad = grad_enabled()
@@ -127,11 +223,39 @@ def entry_point(dispatcher: Dispatcher, overload: Any) -> Callable[..., Any]:
                 return True
         return is_in_torch_dispatch_mode()
 
-    def call(*inputs: Any) -> Any:
-        if is_compiling() or needs_torch(inputs):
-            return overload(*inputs)
-        return dispatcher(*inputs)
+    def run(inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+        if overload is not None and (is_compiling() or needs_torch(inputs)):
+            if params:
+                check_params(params)  # the op's own message for a bad parameter, not the schema's
+            return overload(*inputs, **params)
+        return dispatcher(*inputs, **params)
 
-    call.__name__ = call.__qualname__ = dispatcher.op.name
-    call.__doc__ = f"tkreg op {dispatcher.op.name!r}: {dispatcher.op.description or 'see tkreg.explain'}"
+    if not several or len(returned) == len(op.outputs):
+
+        def call(*inputs: Any, **params: Any) -> Any:
+            if overload is not None and (is_compiling() or needs_torch(inputs)):
+                if params:
+                    check_params(params)
+                return overload(*inputs, **params)
+            return dispatcher(*inputs, **params)
+
+    elif len(returned) == 1:
+        (index,) = returned
+
+        def call(*inputs: Any, **params: Any) -> Any:
+            return run(inputs, params)[index]
+
+    else:
+
+        def call(*inputs: Any, **params: Any) -> Any:
+            outs = run(inputs, params)
+            return tuple([outs[i] for i in returned])
+
+    call.__name__ = call.__qualname__ = op.name
+    call.__doc__ = f"tkreg op {op.name!r}: {op.description or 'see tkreg.ops.explain'}"
+    names = dispatcher.form.input_names
+    if names is not None:
+        full = signature_of(op, names)
+        returns = torch.Tensor if len(returned) == 1 else tuple.__class_getitem__((torch.Tensor,) * len(returned))
+        call.__signature__ = full.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return call

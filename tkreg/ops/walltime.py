@@ -308,6 +308,8 @@ class WallTimeRanker:
         measurements = self.measurements_for(platform)
         if measurements is None or not measurements.covers(op.name):
             return None
+        # The op's calling contract names the kernel inputs' dims (as its cases and cost model
+        # name them), its layout word and its shape class (a function of the op's own plugin).
         form = form_for(op)
         try:
             dims = form.dims(inputs)

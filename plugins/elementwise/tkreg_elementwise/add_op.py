@@ -1,4 +1,5 @@
-"""The add op's contract: float64 reference, seeded inputs, output, cost model and torch peer."""
+"""The add op's contract: float64 reference, seeded inputs, output, cost model, torch peer and
+gradient formula."""
 
 from __future__ import annotations
 
@@ -48,5 +49,11 @@ def cost(dims: dict[str, int], itemsize: int) -> Cost:
     return Cost(bytes=TENSORS_MOVED * numel * itemsize, flops=numel)
 
 
-def peer(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Any:
+def peer(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> Any:
     return torch.add(a, b, out=out)
+
+
+def backward(inputs: Any, outputs: Any, grad_outputs: Any) -> tuple[Any, Any]:
+    """d(a + b)/da = d(a + b)/db = 1: both get the upstream gradient as it is."""
+    (grad,) = grad_outputs
+    return grad, grad

@@ -51,7 +51,12 @@ ADD = Op(
     bound="memory",
     peer=f"{_MOD}.add_op:peer",
     peer_name="torch.add",
-    description="C = A + B for 2-D tensors of one shape and dtype",
+    description="C = A + B for tensors of one shape and dtype (kernels take them as 2-D views)",
+    inputs=("a", "b"),
+    grads=("a", "b"),
+    backward=f"{_MOD}.add_op:backward",
+    # callers' tensors of any rank reach kernels as one 2-D view of both (tkreg.ops.forms)
+    contract=tkreg.contracts.elementwise(),
 )
 
 # Full blocks vectorize to 16-byte accesses; the compile checks say so.

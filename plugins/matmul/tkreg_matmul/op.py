@@ -93,9 +93,27 @@ def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
     return Cost(bytes=(M * K + K * N + M * N) * itemsize, flops=2 * M * N * K)
 
 
-def peer(a: Any, b: Any, out: Any) -> Any:
+def peer(a: Any, b: Any, out: Any = None) -> Any:
     """torch.matmul with B as given: cuBLAS reads a transposed view of a weight as stored (its
     "TN" case), as F.linear does."""
     import torch
 
     return torch.matmul(a, b, out=out)
+
+
+def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any = (True, True)) -> tuple[Any, Any]:
+    """C = A B: dA = dC B^T and dB = A^T dC, each one more tkreg.ops.matmul (so they run on the
+    registered kernels too), and only where a gradient is needed. With a 2-D B, A's and dC's
+    leading dims merge into rows for dB; a batched B (B, K, N) gets one product per batch."""
+    import tkreg.ops
+
+    a, b = inputs
+    (grad,) = grad_outputs
+    need_a, need_b = needs_input_grad
+    matmul = tkreg.ops.matmul
+    if b.dim() == 3:
+        return (matmul(grad, b.transpose(1, 2)) if need_a else None, matmul(a.transpose(1, 2), grad) if need_b else None)
+    k, n = b.shape
+    grad_a = matmul(grad, b.t()) if need_a else None
+    grad_b = matmul(a.reshape(-1, k).t(), grad.reshape(-1, n)) if need_b else None
+    return grad_a, grad_b

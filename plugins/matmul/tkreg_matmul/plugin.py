@@ -85,6 +85,11 @@ MATMUL = Op(
     bench_dtypes=("bfloat16",),
     description="C = A @ B; A (M, K), B (K, N) row-major or the transpose of an (N, K) weight; fp16/bf16 inputs, "
     "fp32 accumulation, C in the input dtype",
+    inputs=("a", "b"),
+    grads=("a", "b"),
+    backward="tkreg_matmul.op:backward",
+    # callers pass A (..., K) (leading dims merged into rows) or batches (B, M, K) @ (B, K, N)
+    contract=tkreg.contracts.linear(batched=True, shape_class="tkreg_matmul.shapes:shape_class"),
 )
 
 MATMUL_TRITON = Kernel(

@@ -1,4 +1,5 @@
-"""The sum_row op's contract: float64 reference, seeded inputs, output, cost model and torch peer."""
+"""The sum_row op's contract: float64 reference, seeded inputs, output, cost model, torch peer and
+gradient formula."""
 
 from __future__ import annotations
 
@@ -43,8 +44,15 @@ def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
     return Cost(bytes=(m * n + m) * itemsize, flops=m * n)
 
 
-def peer(x: torch.Tensor, out: torch.Tensor) -> Any:
+def peer(x: torch.Tensor, out: torch.Tensor | None = None) -> Any:
     return torch.sum(x, dim=-1, out=out)
+
+
+def backward(inputs: Any, outputs: Any, grad_outputs: Any) -> tuple[Any]:
+    """Every element of a row contributes once to its sum: the row's gradient, broadcast over it."""
+    (x,) = inputs
+    (grad,) = grad_outputs
+    return (grad.unsqueeze(-1).expand(x.shape),)
 
 
 def tolerance_scale(dims: Mapping[str, int]) -> float:

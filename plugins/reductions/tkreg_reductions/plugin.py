@@ -65,7 +65,7 @@ def tkreg_register_ops(register: Any) -> None:
     register(
         Op(
             name="sum_row",
-            description="sum over the last dim of a 2-D tensor; fp32 accumulation, output in the input dtype",
+            description="sum over the last dim; fp32 accumulation, output in the input dtype (kernels take 2-D rows)",
             reference=f"{PKG}.op:reference",
             make_inputs=f"{PKG}.op:make_inputs",
             make_output=f"{PKG}.op:make_output",
@@ -78,6 +78,11 @@ def tkreg_register_ops(register: Any) -> None:
             peer=f"{PKG}.op:peer",
             peer_name="torch.sum",
             bench_dtypes=("float32", "bfloat16"),
+            inputs=("x",),
+            grads=("x",),
+            backward=f"{PKG}.op:backward",
+            # callers' (..., N) tensors reach kernels as (rows, N); kernels are ranked per row class
+            contract=tkreg.contracts.rows(shape_class=f"{PKG}.shapes:shape_class"),
         )
     )
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-# The shape classes are sum_row's, as tkreg.ops' wall-time model uses them too.
-from tkreg.ops.forms import row_class as shape_class
+# The shape classes are the op's own, as tkreg.ops' wall-time model uses them too.
+from .shapes import row_class as shape_class
 
 # Each class and the benchmark shape measured for it.
 CLASSES = {

@@ -35,6 +35,13 @@ device = pytest.fixture(scope="module")(device_or_skip)
 ops = pytest.fixture(installed_ops)
 
 
+@pytest.fixture(autouse=True)
+def kernels_may_run_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy kernels here are torch code. Without a GPU the registry runs kernels on CPU tensors
+    only with the Triton interpreter on (as Triton kernels need it), so say it is on."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
 def _leaf(*shape: int, dtype: Any, device: str, seed: int) -> Any:
     return randn(*shape, dtype=dtype, device=device, seed=seed).requires_grad_()
 

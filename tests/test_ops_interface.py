@@ -34,6 +34,14 @@ from tests.ops_support import (  # noqa: E402
     toy_mul_torch,
 )
 
+
+@pytest.fixture(autouse=True)
+def kernels_may_run_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy kernels here are torch code. Without a GPU the registry runs kernels on CPU tensors
+    only with the Triton interpreter on (as Triton kernels need it), so say it is on."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 

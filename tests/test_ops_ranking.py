@@ -164,15 +164,16 @@ def _data_file(tmp_path: Path, device: str, capability: str) -> Path:
 
 
 def test_a_platform_uses_data_of_its_device_else_of_its_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    op = tkreg.default_registry().op("add")
     monkeypatch.setenv(walltime.ENV_VAR, str(_data_file(tmp_path, "NVIDIA H100 80GB HBM3", "9.0")))
-    exact = walltime.for_platform(Platform.cuda("9.0", "NVIDIA H100 80GB HBM3"))
+    exact = walltime.for_platform(Platform.cuda("9.0", "NVIDIA H100 80GB HBM3"), op)
     assert exact is not None and exact.points[0].wall_us == 5.0
-    assert walltime.for_platform(Platform.cuda("9.0", "NVIDIA H100 PCIe")) is exact  # same capability
-    assert walltime.for_platform(Platform.cuda("8.0", "NVIDIA A100")) is None
-    assert walltime.for_platform(Platform.cuda("9.0")) is None  # a bare capability: priority and score rank
-    assert walltime.for_platform(Platform.interpreter()) is None
-    monkeypatch.setenv(walltime.ENV_VAR, str(tmp_path / "not-written-yet.json"))  # as while ops_measure runs
-    assert walltime.data_files() == []
+    assert walltime.for_platform(Platform.cuda("9.0", "NVIDIA H100 PCIe"), op) is exact  # same capability
+    assert walltime.for_platform(Platform.cuda("8.0", "NVIDIA A100"), op) is None
+    assert walltime.for_platform(Platform.cuda("9.0"), op) is None  # a bare capability: priority and score rank
+    assert walltime.for_platform(Platform.interpreter(), op) is None
+    monkeypatch.setenv(walltime.ENV_VAR, str(tmp_path / "not-written-yet.json"))  # as while `tkreg bench ranking` runs
+    assert walltime.data_files(op) == []
 
 
 def test_a_file_of_another_kind_is_refused(tmp_path: Path) -> None:
@@ -182,18 +183,22 @@ def test_a_file_of_another_kind_is_refused(tmp_path: Path) -> None:
         walltime.load(str(path))
 
 
-def test_shipped_ranking_data_names_registered_ops_and_kernels() -> None:
-    files = walltime.data_files()
-    if not files:
-        pytest.skip(f"no ranking data in {walltime.DATA_DIR} yet (scripts/gpu/ops_measure.py writes it)")
+def test_each_op_ships_its_own_ranking_data_naming_only_its_kernels() -> None:
+    """The data lives with the op's plugin (Op.measured), not in tkreg: every row is the op's."""
     registry = tkreg.default_registry()
-    for path in files:
-        data = walltime.load(str(path))
-        assert data.device and data.capability and data.date and data.command, path
-        for p in data.points:
-            kernels = {k.name for k in registry.kernels(p.op)}
-            assert p.impl in kernels | {walltime.PEER}, (path, p)
-            assert p.wall_us > 0 and (p.device_us is None or p.device_us > 0), (path, p)
+    measured = [op for op in registry.ops() if op.measured]
+    assert measured, "no op declares measured data"
+    for op in measured:
+        files = walltime.data_files(op)
+        assert files, f"{op.name} names {op.measured} but it holds no data file"
+        for path in files:
+            data = walltime.load(str(path))
+            assert data.device and data.capability and data.date and data.command, path
+            kernels = {k.name for k in registry.kernels(op.name)}
+            for p in data.points:
+                assert p.op == op.name, (path, p)
+                assert p.impl in kernels | {walltime.PEER}, (path, p)
+                assert p.wall_us > 0 and (p.device_us is None or p.device_us > 0), (path, p)
 
 
 @pytest.mark.parametrize(("peer_wall", "expect"), [(5.0, "calls its peer: faster for these inputs"), (50.0, "calls add_triton")])

@@ -262,6 +262,41 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     return run(args, "tkreg bench", argv)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Fill the tuning cache for the shapes given (or a model's linear layers) and say what won."""
+    from .core.errors import TkregError
+    from .ops.model_shapes import read_config
+    from .ops.tune import tune, tune_model
+
+    try:
+        if args.model:
+            tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else None
+            results = tune_model(read_config(args.model), op=args.op, tokens=tokens, dtype=args.dtype)
+        else:
+            if not args.op or not args.shape:
+                print("tkreg: error: give an op and --shape M=..,N=.. (repeatable), or --model CONFIG.json", file=sys.stderr)
+                return EXIT_USAGE
+            shapes = [_dims(text) for text in args.shape]
+            results = tune(args.op, shapes, dtype=args.dtype, variant=args.variant)
+    except TkregError as e:
+        print(f"tkreg: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for result in results:
+        print(result.describe())
+    return 0
+
+
+def _dims(text: str) -> dict[str, int]:
+    """"M=16,N=4096,K=4096" -> {"M": 16, "N": 4096, "K": 4096}."""
+    dims = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise ValueError(f"--shape {text!r}: expected sizes like M=16,N=4096,K=4096")
+        dims[name.strip()] = int(value)
+    return dims
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tkreg", description="Registry of GPU kernels: what is installed and where it runs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -302,8 +337,21 @@ def main(argv: list[str] | None = None) -> int:
 
     p_bench = sub.add_parser("bench", help="run the measurement suites on this GPU and write their data (docs/benchmarks.md)")
     bench_arguments(p_bench)
+    p_tune = sub.add_parser(
+        "tune", help="time the kernels and the peer on given shapes (or a model's linear layers) and cache the fastest",
+        epilog="The cache is what tkreg.ops reads (TKREG_CACHE_DIR, default ~/.cache/tkreg); docs/ops.md says more.",
+    )
+    add = p_tune.add_argument
+    add("op", nargs="?", help="the op to tune (with --model: default the op whose contract is linear)")
+    add("--shape", action="append", metavar="DIMS", help="sizes as the op's cases name them, e.g. M=16,N=4096,K=4096 (repeat it)")
+    add("--variant", default="", help="the op's case variant for the inputs (default: its plain layout)")
+    add("--model", metavar="CONFIG.json", help="a Hugging Face style config: tune its q/k/v/o and MLP projections")
+    add("--tokens", metavar="LIST", help="token counts for --model, e.g. 1,16,128 (default: 1,16,128,1024,4096)")
+    add("--dtype", default="bfloat16", help="element type of the inputs (default: bfloat16)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "tune":
+            return cmd_tune(args)
         if args.command == "bench":
             return cmd_bench(args, sys.argv[2:] if argv is None else argv[1:])
         if args.command == "report":

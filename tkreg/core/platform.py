@@ -48,6 +48,12 @@ def platform_for(capability: str | caps.Capability | Platform | None) -> Platfor
     return Platform.cuda(capability)
 
 
+def interpreter_on() -> bool:
+    """Whether triton kernels in this process run under the CPU interpreter (TRITON_INTERPRET,
+    read by triton when a kernel is defined)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 # CUdevice_attribute values from cuda.h
 _ATTR_MAJOR = 75
 _ATTR_MINOR = 76

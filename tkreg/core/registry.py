@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 from . import capability as caps
 from . import dtypes, refs
 from .errors import RegistrationError, UnknownNameError
-from .platform import Platform, installed_version, platform_for
+from .platform import Platform, installed_version, interpreter_on, platform_for
 from .signature import inputs_key
 from .specs import FEATURES, Kernel, Op, Scheduler
 
@@ -332,6 +332,11 @@ class Registry:
             device = getattr(getattr(t, "device", None), "type", None)
             if here and device is not None and device != want_device:
                 reasons.append(f"input {i} is on {device}; this platform ({platform.describe()}) needs {want_device} tensors")
+        if here and not platform.is_gpu and not interpreter_on():
+            # Without a GPU, kernels run only under the interpreter, which triton reads from the
+            # environment when a kernel module is imported: off here, a launch would fail.
+            reasons.append("this machine has no GPU and the Triton interpreter is off in this process "
+                           "(set TRITON_INTERPRET=1 before importing triton to run kernels on the CPU)")
         if not reasons:
             reasons.extend(input_constraint_reasons(kernel, inputs, None))
         return reasons

@@ -157,8 +157,12 @@ class Op:
     backward kernels (``Kernel(backward=True)``) compute and tests check against float64 autograd
     of the reference, with ``grad_tolerances`` (default: the op's table). ``backward(inputs,
     outputs, grad_outputs, **params)`` is an optional formula in torch operations that tkreg.ops
-    uses when no backward kernel takes a call. ``contract`` says how callers' tensors of any
-    rank map onto kernel inputs (:mod:`tkreg.core.interface`).
+    uses when no backward kernel takes a call; it receives one upstream gradient per differentiable
+    output (zeros where none flowed) and, if it names the keyword ``needs_input_grad``, which
+    gradients are wanted (it may return None for the others). ``contract`` says how callers'
+    tensors of any rank map onto kernel inputs (:mod:`tkreg.core.contracts`). ``measured`` names a
+    package folder ("package:folder") of wall-time measurements of the op's kernels per GPU
+    (``<device-name>.json``): the prior tkreg.ops ranks by where it does not time calls itself.
     """
 
     name: str
@@ -184,6 +188,7 @@ class Op:
     backward_cost: Ref | None = None
     contract: Contract = field(default_factory=plain)
     rivals: Mapping[str, Ref] = field(default_factory=dict)
+    measured: str | None = None
 
     def __post_init__(self) -> None:
         kind = "op"
@@ -200,6 +205,8 @@ class Op:
                 raise SpecError(kind, self.name, "rivals", f"names must be non-empty and differ from the peer's, got {rival!r}")
             _check_ref(kind, self.name, f"rivals[{rival}]", ref)
         object.__setattr__(self, "rivals", dict(self.rivals))
+        if self.measured is not None and (not isinstance(self.measured, str) or ":" not in self.measured):
+            raise SpecError(kind, self.name, "measured", f"must be 'package:folder', got {self.measured!r}")
         object.__setattr__(self, "dtypes", _check_dtypes(kind, self.name, "dtypes", self.dtypes, allow_empty=False))
         bench = _check_dtypes(kind, self.name, "bench_dtypes", self.bench_dtypes, allow_empty=True)
         if not set(bench) <= set(self.dtypes):
@@ -469,7 +476,9 @@ class Kernel:
     launcher(*inputs, *outputs, *grad_outputs, out=grads, **params, **config), with one upstream
     gradient per differentiable output and ``grads`` a tuple holding one tensor per input the op
     lists in ``grads``. ``writes`` declares inputs the launcher overwrites (:class:`Writes`); any
-    other input it changes fails its tests.
+    other input it changes fails its tests. ``tune_configs``: the configs tkreg.ops times beside
+    the launcher's own choice when it tunes a call: a tuple, or a function
+    ``(*kernel_inputs, **params) -> configs`` (a few plausible ones for those inputs).
     configs are the parameter combinations tests cover (the first is the default); benchmarks time
     ``bench_configs``, by default ``({},)``: the launcher's own choice, what a user gets.
     ``compile_configs`` (default: ``configs``) are the ones compile items build and check, where
@@ -497,6 +506,7 @@ class Kernel:
     description: str = ""
     backward: bool = False
     writes: tuple[Writes, ...] = ()
+    tune_configs: Ref | tuple[Config, ...] | None = None
 
     def __post_init__(self) -> None:
         kind = "kernel"
@@ -523,8 +533,12 @@ class Kernel:
         object.__setattr__(self, "targets", tuple(self.targets))
         if self.targets and self.aot is None:
             raise SpecError(kind, self.name, "aot", "kernels with compile targets must say how to compile them (aot=...)")
-        for f in ("configs", "bench_configs", "compile_configs"):
+        if self.tune_configs is not None and not isinstance(self.tune_configs, (tuple, list)):
+            _check_ref(kind, self.name, "tune_configs", self.tune_configs)
+        for f in ("configs", "bench_configs", "compile_configs", "tune_configs"):
             value = getattr(self, f)
+            if f == "tune_configs" and not isinstance(value, (tuple, list)):
+                continue
             if value is None and f != "configs":
                 continue
             if not isinstance(value, (tuple, list)) or not value:

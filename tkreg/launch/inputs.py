@@ -17,12 +17,12 @@ full checks refuse.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core import dtypes
 from ..core.errors import InputError
+from ..core.platform import interpreter_on
 
 TMA_ALIGNMENT = 16  # bytes: TMA descriptors need 16-byte aligned base and non-last strides
 TENSOR_ATTRS = ("dtype", "shape", "stride", "data_ptr", "device")
@@ -41,7 +41,7 @@ def is_tensor(t: Any) -> bool:
 
 def interpreter_active() -> bool:
     """True when triton kernels in this process run under the CPU interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return interpreter_on()
 
 
 def fail_if(reasons: Iterable[str]) -> None:

@@ -21,9 +21,20 @@ from typing import Any
 
 from .dispatch import TRACEABLE, NoGradientError, PeerFallbackWarning
 
-__all__ = ["NoGradientError", "PeerFallbackWarning", "explain", "get", "install", "names", "traceable", "uninstall"]
+__all__ = [
+    "NoGradientError",
+    "PeerFallbackWarning",
+    "explain",
+    "get",
+    "install",
+    "names",
+    "traceable",
+    "tune",
+    "tune_model",
+    "uninstall",
+]
 # Op names that stay reachable through get() only: they would hide this module's own names.
-_RESERVED = {*__all__, "dispatch", "forms", "library", "measured", "walltime"}
+_RESERVED = {*__all__, "choosing", "dispatch", "forms", "library", "model_shapes", "tuning", "walltime"}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
 
@@ -89,6 +100,20 @@ def explain(op: str, *inputs: Any, **params: Any) -> str:
     """What ``tkreg.ops.<op>(*inputs, **params)`` does with these inputs and why, without running it."""
     get(op)  # an unknown op's error lists the known ones
     return _installed["dispatchers"][op].describe(inputs, params)
+
+
+def tune(op: str, shapes: Any, dtype: str = "bfloat16", variant: str = "", params: Any = None) -> Any:
+    """Fill the tuning cache for ``op`` on inputs of each shape (see :mod:`tkreg.ops.tune`)."""
+    from .tune import tune as run
+
+    return run(op, shapes, dtype, variant, params)
+
+
+def tune_model(config: Any, op: str | None = None, tokens: Any = None, dtype: str = "bfloat16") -> Any:
+    """Fill the tuning cache for a model's linear layers (see :mod:`tkreg.ops.tune`)."""
+    from .tune import tune_model as run
+
+    return run(config, op, tokens, dtype)
 
 
 def traceable(launcher: Callable[..., Any]) -> Callable[..., Any]:

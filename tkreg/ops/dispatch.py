@@ -35,7 +35,9 @@ from ..core.errors import InputError
 from ..core.registry import Ranking, Registry
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Kernel, Op
+from .choosing import Chooser, Decision
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major, keywords_of
+from .tuning import PEER
 
 log = logging.getLogger("tkreg.ops")
 
@@ -101,6 +103,7 @@ class Plan:
     peer_reason: str = ""  # why the peer runs when there is no launcher left
     fallback: bool = False  # the peer runs because no kernel takes the inputs (warned once per reason)
     run: Callable[[Sequence[Any]], Any] | None = None  # built by Dispatcher.prepare
+    source: str = ""  # what decided: "tuning", "cache" or "prior" (empty: nothing to decide)
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -130,6 +133,7 @@ class Dispatcher:
         self.registry = registry
         self.op = op
         self.form: Form = form_for(op)
+        self.chooser = Chooser(registry, op, self.form)
         self.params = Params(op)
         self.several = len(op.outputs) > 1
         self.grad_index = tuple(op.inputs.index(g) for g in op.grads)
@@ -223,8 +227,9 @@ class Dispatcher:
             plan.run = on_their_device
 
     # -- deciding ------------------------------------------------------------------------------
-    def plan(self, inputs: Sequence[Any], values: tuple[Any, ...] = ()) -> Plan:
-        """Decide for these inputs and parameter values (the slow path, once per signature)."""
+    def plan(self, inputs: Sequence[Any], values: tuple[Any, ...] = (), tune: bool = True) -> Plan:
+        """Decide for these inputs and parameter values (the slow path, once per signature);
+        without ``tune``, never time: say what the cache or the prior decides."""
         reasons = self.form.contract_reasons(inputs)
         if reasons:
             raise InputError(f"tkreg.ops.{self.op.name}: " + "; ".join(reasons))
@@ -240,18 +245,23 @@ class Dispatcher:
         outputs = self.form.output_layouts(inputs, view, params)
         note = f"{view.note}: " if view.note else ""
         ranking = self.registry.ranking(self.op.name, None, kernel_inputs)
-        if ranking.prefer_peer:
-            plan = Plan(view, outputs, params, peer_reason=f"faster for these inputs: {ranking.peer_ranking}")
-            log.info("%s", plan.describe(self.op.name))
-            return plan
         skipped: list[str] = []
         kernels = self._without_writers(ranking.runnable, skipped)
         if not kernels:
             reason = f"{note}no registered kernel takes these inputs: {_rejections(ranking, skipped)}"
             return Plan(view, outputs, params, peer_reason=reason, fallback=True)
-        first = next(v for v in ranking.verdicts if v.kernel is kernels[0])
-        why = first.ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")
-        plan = Plan(view, outputs, params, [(k.name, self.launcher(k)) for k in kernels], why, f"{note}every kernel refused")
+        if ranking.prefer_peer:
+            prior = Decision([], f"faster for these inputs: {ranking.peer_ranking}", "prior")
+        else:
+            first = next(v for v in ranking.verdicts if v.kernel is kernels[0])
+            why = first.ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")
+            prior = Decision([(k.name, self.launcher(k)) for k in kernels], why, "prior")
+        decision = self.chooser.decide(kernels, self.launcher, inputs, kernel_inputs, outputs, params, prior, tune)
+        if decision.peer:
+            plan = Plan(view, outputs, params, peer_reason=f"faster for these inputs: {decision.why}", source=decision.source)
+        else:
+            refused = f"{note}every kernel refused"
+            plan = Plan(view, outputs, params, decision.launchers, decision.why, refused, source=decision.source)
         log.info("%s", plan.describe(self.op.name))
         return plan
 
@@ -512,6 +522,10 @@ class Dispatcher:
             metas = [TensorMeta.of(t) for t in kernel_inputs]
         except (RuntimeError, TypeError, ValueError):  # symbolic sizes: decide at run time
             return None
+        kwargs = self.params.as_dict(values)
+        peer_route = self._traced_peer(view, metas, kwargs)
+        if peer_route is not None:
+            return peer_route
         tops = []
         for aligned in (True, False):
             ranking = self.registry.ranking(self.op.name, None, [m.at(aligned) for m in metas])
@@ -523,7 +537,6 @@ class Dispatcher:
         launch = self.launcher(first)
         if not getattr(launch, TRACEABLE, False):
             return None
-        kwargs = self.params.as_dict(values)
         form, several = self.form, self.several
 
         def traced(*inputs: Any) -> Any:
@@ -535,6 +548,28 @@ class Dispatcher:
 
         return traced
 
+    def _traced_peer(self, view: KernelView, metas: Sequence[TensorMeta], params: dict[str, Any]) -> Callable[..., Any] | None:
+        """Where this GPU's measured choice for the bucket (aligned inputs) is the peer, the peer
+        itself, traced: the compiler then sees torch's operations (and plans them as it plans the
+        same code written with torch) instead of an opaque call."""
+        device = self.chooser.device(metas)
+        if device is None or self.op.peer is None:
+            return None
+        choice = self.chooser.known([m.at(True) for m in metas], params, device)
+        if choice is None or choice.winner != PEER:
+            return None
+        peer = refs.resolve(self.op.peer)
+        form, several, count = self.form, self.several, len(self.op.outputs)
+
+        def traced(*inputs: Any) -> Any:
+            outs = list(as_tuple(peer(*inputs, out=None, **params)))
+            if len(outs) < count:  # the peer returns the outputs callers get; the others are the kernels'
+                layouts = form.output_layouts(inputs, view, params, fake=True)
+                outs += [layout.empty() for layout in layouts[len(outs):]]
+            return tuple(outs) if several else outs[0]
+
+        return traced
+
     def fake_outputs(self, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """New outputs for traced inputs, as a call returns them (the run-time op's fake)."""
         outs = self.form.fake_outputs(inputs, self.params.as_dict(self.params.values(params)))
@@ -542,7 +577,7 @@ class Dispatcher:
 
     def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:
         """What a call with these inputs does and why (no launch)."""
-        return self.plan(inputs, self.params.values(params or {})).describe(self.op.name)
+        return self.plan(inputs, self.params.values(params or {}), tune=False).describe(self.op.name)
 
 
 def _allocator(layout: OutputLayout) -> Callable[[], Any]:

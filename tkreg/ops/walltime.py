@@ -1,8 +1,11 @@
 """What a call costs the user: measured wall time per call, and the model between measured points.
 
-The data (``tkreg/measured/*.json``, written by ``scripts/gpu/ops_measure.py``; a tkreg.report.records
-envelope of kind "ops_ranking") holds, per op, kernel or peer ("peer"), dtype, input dims and
-layout, three figures measured on one device:
+This is the prior: what tkreg.ops ranks by where it does not time a call itself (tuning off, a
+CUDA-graph capture, a compile trace; see :mod:`.tuning`). The data belongs to the op's plugin: a
+folder the op names in ``Op(measured="package:folder")``, one file per GPU
+(``<device name, lower case, dashes>.json``, written by ``tkreg bench ranking``; a
+tkreg.report.records envelope of kind "ops_ranking"). It holds, per kernel or peer ("peer"),
+dtype, input dims and layout, three figures measured on one device:
 
 - ``wall_us``: ``triton.testing.do_bench`` median, launcher included: the time from one call's
   start on the GPU to its last kernel's end, including any time the GPU waits for the launcher;
@@ -43,8 +46,7 @@ from ..core.specs import Op
 
 PEER = "peer"  # the name measured rows give the op's peer
 KIND = "ops_ranking"  # the records kind of a ranking data file
-DATA_DIR = Path(__file__).with_name("measured")
-ENV_VAR = "TKREG_RANKING_DATA"  # a ranking data file to use instead of the shipped ones
+ENV_VAR = "TKREG_RANKING_DATA"  # a ranking data file to use instead of the ones plugins ship
 # Wall times within 3% count as equal: a tie-break then costs at most 3% of wall time, inside the
 # 5% a pick may trail the fastest kernel by, with 2% left for run-to-run noise.
 TIE = 0.03
@@ -248,25 +250,43 @@ def order(estimates: Mapping[str, Estimate], peer: str | None = None) -> list[tu
 
 
 # -- finding the data for a platform --------------------------------------------------------------
-def data_files() -> list[Path]:
-    """The ranking data files in use: $TKREG_RANKING_DATA if set (none while that file does not
-    exist yet), else those shipped with tkreg."""
+def data_files(op: Op) -> list[Path]:
+    """The ranking data files for ``op``: $TKREG_RANKING_DATA if set (none while that file does not
+    exist yet), else those in the folder the op names (``Op.measured``)."""
     chosen = os.environ.get(ENV_VAR)
     if chosen:
         return [Path(chosen)] if Path(chosen).is_file() else []
-    return sorted(DATA_DIR.glob("*.json")) if DATA_DIR.is_dir() else []
+    folder = op_folder(op)
+    return sorted(folder.glob("*.json")) if folder is not None and folder.is_dir() else []
 
 
-def for_platform(platform: Platform) -> Measurements | None:
-    """Measurements of this GPU: a file measured on a device of the same name, else (for a real
-    device, not a bare capability) one of the same capability; None for the interpreter or a
-    capability alone, whose ranking stays by priority and score."""
+def op_folder(op: Op) -> Path | None:
+    """The folder ``Op.measured`` names ("package:folder"), found through the package's location
+    (no import of the package's modules beyond its __init__)."""
+    if op.measured is None:
+        return None
+    import importlib.util
+
+    package, _, folder = op.measured.partition(":")
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / folder
+
+
+def for_platform(platform: Platform, op: Op) -> Measurements | None:
+    """Measurements of ``op`` on this GPU: a file measured on a device of the same name, else (for
+    a real device, not a bare capability) one of the same capability; None for the interpreter
+    or a capability alone, whose ranking stays by priority and score."""
     if not platform.is_gpu or not platform.name:
         return None
-    return _for_device(platform.name, platform.capability, tuple(str(p) for p in data_files()))
+    return _for_device(platform.name, platform.capability, tuple(str(p) for p in data_files(op)))
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)
 def _for_device(name: str, capability: tuple[int, int] | None, paths: tuple[str, ...]) -> Measurements | None:
     loaded = [load(p) for p in paths]
     for m in loaded:
@@ -279,13 +299,13 @@ def _for_device(name: str, capability: tuple[int, int] | None, paths: tuple[str,
     return None
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)
 def load(path: str) -> Measurements:
     return Measurements.from_document(json.loads(Path(path).read_text()))
 
 
 # -- ranking a registry's kernels by these estimates ----------------------------------------------
-AUTO = "auto"  # rank with the measurements shipped for the platform (for_platform)
+AUTO = "auto"  # rank with the measurements the op's plugin ships for the platform (for_platform)
 
 
 class WallTimeRanker:
@@ -296,16 +316,16 @@ class WallTimeRanker:
     def __init__(self, measurements: Measurements | str | None = AUTO) -> None:
         self.measurements = measurements
 
-    def measurements_for(self, platform: Platform) -> Measurements | None:
+    def measurements_for(self, platform: Platform, op: Op) -> Measurements | None:
         if self.measurements == AUTO:
-            return for_platform(platform)
+            return for_platform(platform, op)
         return self.measurements  # type: ignore[return-value]
 
     def __call__(self, registry: Any, op: Op, platform: Platform, runnable: list[Any], inputs: Any) -> Any:
         from ..core.registry import Ranking, Verdict
         from .forms import form_for
 
-        measurements = self.measurements_for(platform)
+        measurements = self.measurements_for(platform, op)
         if measurements is None or not measurements.covers(op.name):
             return None
         # The op's calling contract names the kernel inputs' dims (as its cases and cost model

@@ -51,6 +51,7 @@ ADD = Op(
     bound="memory",
     peer=f"{_MOD}.add_op:peer",
     peer_name="torch.add",
+    measured=f"{_MOD}:measured",
     description="C = A + B for tensors of one shape and dtype (kernels take them as 2-D views)",
     inputs=("a", "b"),
     grads=("a", "b"),

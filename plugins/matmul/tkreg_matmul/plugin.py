@@ -79,6 +79,7 @@ MATMUL = Op(
     bound="compute",
     peer="tkreg_matmul.op:peer",
     peer_name="torch.matmul",
+    measured="tkreg_matmul:measured",
     tolerance_scale="tkreg_matmul.op:tolerance_scale",
     # Benchmarks in bf16 only, so the whole benchmark run stays near two minutes (both dtypes
     # double the matmul share); scripts/gpu/matmul_suite.py times fp16 as well.

@@ -112,13 +112,16 @@ def test_split_sums_are_deterministic(registry: tkreg.Registry, monkeypatch: pyt
     torch.testing.assert_close(first.double(), x.double().sum(-1), atol=8 * 2**-24 * 5003, rtol=2 * 2**-24)
 
 
-def test_ranking_reads_the_measured_table() -> None:
+def test_ranking_reads_the_measured_table_of_the_device_at_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    narrow = torch.ones(10000, 32)
+    value, why = ranking.score("sum_row_tiled", narrow, {"device": "NVIDIA H100 80GB HBM3", "gbps": {}})
+    assert value == 0.0 and why == "no measurement on this machine (no GPU): the table is of NVIDIA H100 80GB HBM3"
+    monkeypatch.setattr(ranking, "_device_name", lambda x: "NVIDIA H100 80GB HBM3")  # as on that GPU
     table = {
         "device": "NVIDIA H100 80GB HBM3",
         "date": "2026-11-22",
         "gbps": {"1048576x32": {"float32": {"sum_row_tiled": 2900.0, "sum_row": 800.0}, "bfloat16": {"sum_row_tiled": 2800.0}}},
     }
-    narrow = torch.ones(10000, 32)
     value, why = ranking.score("sum_row_tiled", narrow, table)
     assert value == 2900.0 and "1048576x32 (narrow rows; NVIDIA H100 80GB HBM3, 2026-11-22)" in why
     assert ranking.score("sum_row", narrow, table)[0] == 800.0
@@ -150,7 +153,10 @@ def test_the_shipped_table_covers_every_bench_shape_and_kernel() -> None:
             assert set(table["gbps"][shape][dtype]) == set(LAUNCHERS), (shape, dtype)
 
 
-def test_lookup_with_inputs_ranks_by_measured_speed_and_says_why(registry: tkreg.Registry) -> None:
+def test_lookup_with_inputs_ranks_by_measured_speed_and_says_why(
+    registry: tkreg.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ranking, "_device_name", lambda x: ranking.measured()["device"])  # inputs on the measured GPU
     narrow = torch.empty(4096, 32, dtype=torch.bfloat16)
     verdicts = [v for v in registry.explain("sum_row", (9, 0), inputs=(narrow,)) if v.runs]
     scores = [v.score for v in verdicts]

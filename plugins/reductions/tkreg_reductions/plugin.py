@@ -77,6 +77,7 @@ def tkreg_register_ops(register: Any) -> None:
             bound="memory",
             peer=f"{PKG}.op:peer",
             peer_name="torch.sum",
+            measured="tkreg_reductions:measured",
             bench_dtypes=("float32", "bfloat16"),
             inputs=("x",),
             grads=("x",),

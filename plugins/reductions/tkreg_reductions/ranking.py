@@ -38,8 +38,23 @@ def measured() -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def _device_name(x: Any) -> str:
+    """The name of the GPU ``x`` is on ("" off a GPU)."""
+    device = getattr(x, "device", None)
+    if getattr(device, "type", None) != "cuda":
+        return ""
+    import torch
+
+    return torch.cuda.get_device_name(device)
+
+
 def score(kernel: str, x: Any, table: dict[str, Any] | None = None) -> tuple[float, str]:
+    """The kernel's measured GB/s on the class of ``x``, where it was measured on the GPU ``x``
+    is on; elsewhere 0 (figures of another device do not decide here)."""
     table = measured() if table is None else table
+    where_measured, here = table.get("device", "?"), _device_name(x)
+    if here != where_measured:
+        return 0.0, f"no measurement on {here or 'this machine (no GPU)'}: the table is of {where_measured}"
     cls = shape_class(*x.shape)
     shape = CLASSES[cls]
     dtype = str(x.dtype).removeprefix("torch.")

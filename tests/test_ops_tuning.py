@@ -1,0 +1,224 @@
+"""tkreg.ops' measured choice, on the CPU: the CUDA device and the clock are simulated (the
+candidates are real calls, their times come from a table), so what is checked is the logic: the
+first call of a bucket times every candidate once and keeps the fastest, the choice persists for
+a new process, explain names the measurement, and nothing is timed with tuning off, inside a
+capture, or where there is nothing to choose."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ops_support import ToyPlugin, registry_with, toy_kernel, toy_mul_torch
+from tkreg.ops import choosing, tuning
+
+torch = pytest.importorskip("torch")
+
+# Simulated time per call (ms) of each candidate, by label.
+SPEED = {"toy_fast": 0.010, "toy_slow": 0.030, "peer": 0.020}
+TIMED: list[str] = []
+
+
+def toy_fast(x: Any, y: Any, out: Any) -> Any:
+    return toy_mul_torch(x, y, out)
+
+
+def toy_slow(x: Any, y: Any, out: Any) -> Any:
+    return toy_mul_torch(x, y, out)
+
+
+def fake_clock(call: Any, n: int) -> float:
+    target = getattr(call, "func", call)
+    label = {toy_fast: "toy_fast", toy_slow: "toy_slow"}.get(target, "peer")
+    TIMED.append(label)
+    return SPEED[label] * n
+
+
+@pytest.fixture
+def gpu_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """CPU tensors count as on CUDA device 0; timing reads the table above; the cache is private."""
+    monkeypatch.setattr(choosing, "cuda_device", lambda tensors: 0)
+    monkeypatch.setattr(choosing, "_device_name", lambda device: "Simulated GPU")
+    monkeypatch.setattr(choosing, "_capturing_or_tracing", lambda: False)
+    monkeypatch.setattr(choosing.Chooser, "environment", lambda self, device: {"device": "Simulated GPU", "torch": "x"})
+    monkeypatch.setattr(tuning, "_cuda_clock", fake_clock)
+    monkeypatch.setenv(tuning.ENV_CACHE, str(tmp_path))
+    monkeypatch.delenv(tuning.ENV_TUNE, raising=False)
+    # the toy kernels are torch code; the registry runs kernels on CPU tensors only with the interpreter on
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    TIMED.clear()
+    yield tmp_path
+
+
+def ops_with(*kernels: Any) -> Any:
+    import tkreg.ops
+
+    tkreg.ops.install(registry_with(ToyPlugin(*kernels)))
+    return tkreg.ops
+
+
+@pytest.fixture
+def two_kernels() -> Iterator[Any]:
+    yield ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    import tkreg.ops
+
+    tkreg.ops.uninstall()
+
+
+def test_the_first_call_of_a_bucket_times_every_candidate_once_and_runs_the_fastest(gpu_like: Path, two_kernels: Any) -> None:
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    out = two_kernels.toy_mul(x, y)
+    torch.testing.assert_close(out, x * y)
+    assert set(TIMED) == {"toy_fast", "toy_slow", "peer"}
+    timed = len(TIMED)
+    two_kernels.toy_mul(torch.randn(60, 60), torch.randn(60, 60))  # same bucket (<= 64): no timing
+    assert len(TIMED) == timed
+    text = two_kernels.explain("toy_mul", x, y)
+    assert text.startswith("tkreg.ops.toy_mul calls toy_fast")
+    assert "timed in this process; measured on Simulated GPU" in text
+    assert "toy_fast 10.0 us, peer 20.0 us, toy_slow 30.0 us" in text  # every candidate's time, fastest first
+    # A new process over the same cache: the choice is read, nothing is timed.
+    TIMED.clear()
+    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    fresh.toy_mul(x, y)
+    assert TIMED == []
+    assert "from the tuning cache" in fresh.explain("toy_mul", x, y)
+
+
+def test_the_peer_runs_when_it_is_fastest(gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any) -> None:
+    monkeypatch.setitem(SPEED, "peer", 0.005)
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+    assert two_kernels.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer: faster for these inputs: peer")
+
+
+def test_with_tuning_off_the_prior_decides_and_explain_says_what_a_call_would_time(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    monkeypatch.setenv(tuning.ENV_TUNE, "0")
+    x, y = torch.randn(16, 16), torch.randn(16, 16)
+    two_kernels.toy_mul(x, y)
+    assert TIMED == []
+    text = two_kernels.explain("toy_mul", x, y)
+    assert text.startswith("tkreg.ops.toy_mul calls toy_slow")  # priority 5 first: the prior
+    assert "not measured on this GPU; a call with tuning on times toy_slow, toy_fast, peer" in text
+
+
+def test_explain_never_times(gpu_like: Path, two_kernels: Any) -> None:
+    x, y = torch.randn(16, 16), torch.randn(16, 16)
+    two_kernels.explain("toy_mul", x, y)
+    assert TIMED == []
+
+
+def test_a_capture_uses_the_prior_and_times_nothing(gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any) -> None:
+    monkeypatch.setattr(choosing, "_capturing_or_tracing", lambda: True)
+    two_kernels.toy_mul(torch.randn(16, 16), torch.randn(16, 16))
+    assert TIMED == []
+
+
+def test_a_single_way_to_run_is_not_timed(gpu_like: Path) -> None:
+    import tkreg.ops
+
+    tkreg.ops.install(registry_with(ToyPlugin(toy_kernel("toy_fast", toy_fast), peer=False)))  # one kernel, no peer
+    try:
+        x, y = torch.randn(4, 4), torch.randn(4, 4)
+        torch.testing.assert_close(tkreg.ops.toy_mul(x, y), x * y)
+        assert TIMED == []
+        assert tkreg.ops.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls toy_fast (toy_fast): the only kernel")
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_buckets_keep_dtypes_alignment_and_parameters_apart() -> None:
+    from tkreg.core.loading import build_registry
+    from tkreg.ops.forms import form_for
+
+    registry = build_registry(plugins=[("toy", ToyPlugin())])
+    op = registry.op("toy_mul")
+    chooser = choosing.Chooser(registry, op, form_for(op))
+    a = torch.randn(10, 20)
+    key = chooser.bucket((a, a), {})
+    assert key is not None and key.startswith("d0.0<=12,d0.1<=24,d1.0<=12,d1.1<=24|float32,float32|contiguous|align=")
+    assert chooser.bucket((a.half(), a.half()), {}) != key
+    assert chooser.bucket((a, a), {"alpha": 2.0}).endswith("alpha=2.0")
+    unaligned = torch.randn(201)[1:].view(10, 20)
+    assert chooser.bucket((unaligned, a), {}) != key
+
+
+def test_a_compiled_call_traces_the_peer_where_it_was_measured_fastest(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    """torch.compile then sees torch's own operation (and can fuse it), not an opaque call."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    monkeypatch.setitem(SPEED, "peer", 0.005)
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    two_kernels.toy_mul(x, y)  # tunes the bucket: the peer wins
+    graphs: list[str] = []
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        def record(graph: Any, inputs: Any) -> Any:
+            graphs.append(str(graph.code))
+            return graph.forward
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=record)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: two_kernels.toy_mul(a, b) + 1, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(x, y), x * y + 1)
+    assert graphs and "aten.mul" in graphs[0] and "tkreg_dispatch" not in graphs[0]
+
+
+def test_tkreg_tune_has_help_and_says_it_needs_a_gpu(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    helped = subprocess.run([sys.executable, "-m", "tkreg.cli", "tune", "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "--model CONFIG.json" in helped.stdout
+    if torch.cuda.is_available():
+        return
+    refused = subprocess.run([sys.executable, "-m", "tkreg.cli", "tune", "matmul", "--shape", "M=16,N=64,K=64"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "times kernels on a CUDA GPU; this machine has none" in refused.stderr
+
+
+def test_a_model_config_gives_each_distinct_linear_shape() -> None:
+    from tkreg.ops.model_shapes import linear_shapes
+
+    llama8b = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8}
+    shapes = linear_shapes(llama8b, tokens=(16,))
+    assert [(s.name, s.M, s.N, s.K) for s in shapes] == [
+        ("q", 16, 4096, 4096), ("k", 16, 1024, 4096), ("gate", 16, 14336, 4096), ("down", 16, 4096, 14336)
+    ]  # v repeats k, o repeats q, up repeats gate
+    with pytest.raises(ValueError, match="no 'intermediate_size'"):
+        linear_shapes({"hidden_size": 8, "num_attention_heads": 2})
+
+
+def test_on_a_cpu_without_the_interpreter_explain_and_lookup_say_the_peer_runs() -> None:
+    """What the call does (it runs torch with a fallback warning) is what explain and lookup say."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings, torch, tkreg\n"
+        "a = torch.randn(4, 4)\n"
+        "print(tkreg.lookup('add', inputs=(a, a)))\n"
+        "print(tkreg.ops.explain('add', a, a))\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    assert torch.equal(tkreg.ops.add(a, a), a + a)\n"
+        "print(w[0].message)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    if torch.cuda.is_available():
+        pytest.skip("a GPU runs the kernels")
+    assert result.returncode == 0, result.stderr
+    lookup, explained, warned = result.stdout.strip().splitlines()
+    assert lookup == "[]"
+    assert explained.startswith("tkreg.ops.add calls its peer: no registered kernel takes these inputs")
+    assert "the Triton interpreter is off in this process (set TRITON_INTERPRET=1" in explained
+    assert warned.startswith("tkreg.ops.add calls its peer torch.add") and "TRITON_INTERPRET=1" in warned

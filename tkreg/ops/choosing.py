@@ -1,0 +1,216 @@
+"""Which implementation a call's plan runs: the measured choice of its bucket, else the prior.
+
+For a signature the registry has ranked (the kernels that take the inputs, and the op's peer),
+the chooser looks for the choice of the signature's bucket (:mod:`.tuning`): made earlier in this
+process, read from the tuning cache, or timed now on the caller's own inputs. Timing happens
+only on a CUDA device, with tuning on (``TKREG_TUNE``), outside CUDA-graph capture and compile
+traces, and where there is something to choose between. Without a choice the registry's order
+stands: the prior (ranking by the plugin's shipped measurements, else priority and score).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import refs
+from ..core.platform import driver_version, installed_version
+from ..core.registry import Registry
+from ..core.specs import Kernel, Op
+from . import tuning
+from .forms import Form, OutputLayout
+from .tuning import PEER, Candidate, Choice, Tuner, TuningCache
+
+MAX_TUNE_CONFIGS = 6  # configs of one kernel timed besides its launcher's own choice
+ALIGN = 16  # bytes: the alignment a kernel's checks ask of a base address (TMA's); part of a bucket
+
+
+@dataclass
+class Decision:
+    """The order a plan tries implementations in, and why: ``launchers`` (label, callable), the
+    first the choice; empty when the peer is the choice."""
+
+    launchers: list[tuple[str, Callable[..., Any]]]
+    why: str
+    source: str  # "tuning", "cache" or "prior"
+    choice: Choice | None = None
+
+    @property
+    def peer(self) -> bool:
+        return not self.launchers
+
+
+class Chooser:
+    """Measured choices of one op, per device."""
+
+    def __init__(self, registry: Registry, op: Op, form: Form) -> None:
+        self.registry, self.op, self.form = registry, op, form
+        self._tuners: dict[Any, Tuner] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def device(tensors: Sequence[Any]) -> int | None:
+        """The CUDA device the tensors are on (None: not on one)."""
+        return cuda_device(tensors)
+
+    # -- the bucket --------------------------------------------------------------------------
+    def bucket(self, kernel_inputs: Sequence[Any], params: dict[str, Any]) -> str | None:
+        """The bucket of these kernel inputs; None where their dims cannot be named."""
+        tensors = [t for t in kernel_inputs if hasattr(t, "data_ptr")]
+        dims = self.form.dims(kernel_inputs)
+        if dims is None:
+            dims = {f"d{i}.{j}": int(s) for i, t in enumerate(tensors) for j, s in enumerate(t.shape)}
+        kinds = ",".join(str(t.dtype).removeprefix("torch.") for t in tensors)
+        aligned = "".join("a" if t.data_ptr() % ALIGN == 0 else "u" for t in tensors)
+        shown = ",".join(f"{k}={v}" for k, v in params.items())
+        return tuning.bucket_key(dims, kinds, self.form.layout(kernel_inputs), f"align={aligned}", shown)
+
+    # -- choosing ----------------------------------------------------------------------------
+    def decide(
+        self,
+        kernels: Sequence[Kernel],
+        launcher: Callable[[Kernel], Callable[..., Any]],
+        inputs: Sequence[Any],
+        kernel_inputs: Sequence[Any],
+        layouts: Sequence[OutputLayout],
+        params: dict[str, Any],
+        prior: Decision,
+        tune: bool = True,
+    ) -> Decision:
+        """The plan's order: the bucket's measured choice first (timing it if ``tune`` and nobody
+        has), else ``prior`` (the registry's order, or its peer)."""
+        device = self.device(kernel_inputs)
+        bucket = self.bucket(kernel_inputs, params) if device is not None else None
+        if device is None or bucket is None:
+            return prior
+        tuner = self.tuner(device)
+        choice = tuner.known(bucket)
+        if choice is None:
+            candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params)
+            if len(candidates) < 2:
+                return prior
+            if not (tune and tuning.enabled() and not _capturing_or_tracing()):
+                labels = ", ".join(c.label for c in candidates)
+                return Decision(prior.launchers, f"{prior.why} (prior: the bucket {bucket} is not measured on this GPU; "
+                                f"a call with tuning on times {labels})", "prior")
+            shape = "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
+            choice = tuner.choose(bucket, candidates, shape, _device_name(device))
+            if choice is None:
+                return Decision(prior.launchers, f"{prior.why} (prior: no candidate could be timed)", "prior")
+        return self._ordered(choice, kernels, launcher)
+
+    def _ordered(self, choice: Choice, kernels: Sequence[Kernel], launcher: Callable[[Kernel], Callable[..., Any]]) -> Decision:
+        """The choice first, then the other kernels in the registry's order (fallbacks should the
+        first refuse a call)."""
+        why = choice.describe()
+        if choice.winner == PEER:
+            return Decision([], why, choice.source, choice)
+        rest = [(k.name, launcher(k)) for k in kernels]
+        by_name = {k.name: k for k in kernels}
+        if choice.kernel not in by_name:  # the cached winner no longer takes these inputs
+            return Decision(rest, f"the measured winner {choice.winner} does not take these inputs now; registry order",
+                            "prior", choice)
+        first = launcher(by_name[choice.kernel])
+        if choice.config:
+            first = functools.partial(first, **choice.config)
+        return Decision([(choice.winner, first), *(r for r in rest if r[0] != choice.kernel)], why, choice.source, choice)
+
+    def candidates(
+        self,
+        kernels: Sequence[Kernel],
+        launcher: Callable[[Kernel], Callable[..., Any]],
+        inputs: Sequence[Any],
+        kernel_inputs: Sequence[Any],
+        layouts: Sequence[OutputLayout],
+        params: dict[str, Any],
+    ) -> dict[Candidate, Callable[[], Any]]:
+        """Every way to run these inputs, as calls that write only into scratch outputs."""
+        scratch = [layout.empty() for layout in layouts]
+        several = len(scratch) > 1
+        kernel_outs = tuple(layout.kernel(o) for layout, o in zip(layouts, scratch))
+        kernel_out = kernel_outs if several else kernel_outs[0]
+        calls: dict[Candidate, Callable[[], Any]] = {}
+        for kernel in kernels:
+            launch = launcher(kernel)
+            for config in self.tune_configs(kernel, kernel_inputs, params):
+                calls[Candidate(kernel.name, config)] = functools.partial(
+                    launch, *kernel_inputs, out=kernel_out, **params, **config
+                )
+        if self.op.peer is not None:
+            peer = refs.resolve(self.op.peer)
+            calls[Candidate(None)] = functools.partial(peer, *inputs, out=tuple(scratch) if several else scratch[0], **params)
+        return calls
+
+    @staticmethod
+    def tune_configs(kernel: Kernel, kernel_inputs: Sequence[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The launcher's own choice ({}) and the configs the kernel offers for tuning."""
+        offered = kernel.tune_configs
+        if offered is None:
+            return [{}]
+        if not isinstance(offered, (tuple, list)):
+            offered = refs.resolve(offered)(*kernel_inputs, **params)
+        configs: list[dict[str, Any]] = [{}]
+        for config in offered:
+            if dict(config) not in configs:
+                configs.append(dict(config))
+        return configs[: MAX_TUNE_CONFIGS + 1]
+
+    def tuner(self, device: int) -> Tuner:
+        tuner = self._tuners.get(device)
+        if tuner is None:
+            with self._lock:
+                tuner = self._tuners.get(device)
+                if tuner is None:
+                    tuner = self._tuners[device] = Tuner(self.op.name, TuningCache(tuning.cache_dir(), self.environment(device)))
+        return tuner
+
+    def known(self, kernel_inputs: Sequence[Any], params: dict[str, Any], device: int) -> Choice | None:
+        """The bucket's choice where one is made or cached (never times)."""
+        bucket = self.bucket(kernel_inputs, params)
+        return None if bucket is None else self.tuner(device).known(bucket)
+
+    def environment(self, device: int) -> dict[str, str]:
+        """What a choice holds for: the GPU, the driver, and the versions of everything that runs."""
+        import torch
+
+        plugins = ",".join(f"{p.name}={p.version or 'in-process'}" for p in sorted(self.registry.plugins, key=lambda p: p.name))
+        major, minor = torch.cuda.get_device_capability(device)
+        return {
+            "device": _device_name(device),
+            "capability": f"{major}.{minor}",
+            "driver": driver_version(),
+            "torch": torch.__version__,
+            "triton": installed_version("triton") or "",
+            "tkreg": installed_version("tkreg") or "",
+            "plugins": plugins,
+        }
+
+    def forget(self) -> None:
+        for tuner in self._tuners.values():
+            tuner.forget()
+
+
+def cuda_device(tensors: Sequence[Any]) -> int | None:
+    for t in tensors:
+        device = getattr(t, "device", None)
+        if getattr(device, "type", None) == "cuda":
+            import torch
+
+            return device.index if device.index is not None else torch.cuda.current_device()
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _device_name(device: int) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(device)
+
+
+def _capturing_or_tracing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling()

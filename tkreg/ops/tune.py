@@ -1,0 +1,123 @@
+"""``tkreg tune``: fill the tuning cache ahead of a run, for given shapes or a model's linear layers.
+
+Each shape is called once through tkreg.ops on fresh inputs made by the op's own input factory
+(``Op.make_inputs`` with a case of those dims), or, for a model, as nn.Linear calls it: x (M, K)
+times the transposed view of a weight stored (N, K). The call tunes its bucket where nobody has;
+the result says what was chosen, from where, and by how much it beats the peer and the runner-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import dtypes, refs
+from ..core.errors import TkregError
+from ..core.specs import Case
+from .model_shapes import LinearShape, linear_shapes
+from .tuning import PEER, Choice
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What tuning one shape gave."""
+
+    op: str
+    shape: str
+    choice: Choice | None
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.choice is None:
+            return f"{self.op} {self.shape}: {self.note or 'nothing to choose'}"
+        c = self.choice
+        times = {k: v for k, v in c.times_us.items() if isinstance(v, float)}
+        best = times.get(c.winner)
+        parts = [f"{self.op} {self.shape}: {c.winner}"]
+        if best:
+            parts.append(f"{best:.1f} us")
+            peer = times.get(PEER)
+            if peer and c.winner != PEER:
+                parts.append(f"{peer / best:.2f}x the peer")
+            others = sorted(v for k, v in times.items() if k != c.winner)
+            if others:
+                parts.append(f"{others[0] / best:.2f}x the runner-up")
+        parts.append(f"({c.source})")
+        return " ".join(parts)
+
+
+def tune(op: str, shapes: Sequence[Mapping[str, int]], dtype: str = "bfloat16", variant: str = "",
+         params: Mapping[str, Any] | None = None) -> list[Tuned]:
+    """Tune ``op`` on inputs of each shape (dims as the op's cases name them, e.g. M, N, K),
+    made by the op's input factory with case ``variant``; returns what was chosen."""
+    import torch
+
+    import tkreg.ops
+
+    _need_gpu()
+    call = tkreg.ops.get(op)
+    dispatcher = tkreg.ops._installed["dispatchers"][op]
+    spec = dispatcher.op
+    factory = refs.resolve(spec.make_inputs)
+    results = []
+    for dims in shapes:
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        case = Case(dims=dict(dims), variant=variant)
+        inputs = factory(case, dtypes.torch_dtype(dtype), generator, "cuda")
+        results.append(_tuned(op, dispatcher, call, tuple(inputs), dict(params or {}), case.id))
+    return results
+
+
+def tune_model(config: Mapping[str, Any], op: str | None = None, tokens: Sequence[int] | None = None,
+               dtype: str = "bfloat16") -> list[Tuned]:
+    """Tune the linear layers of a model (a Hugging Face style config) at each token count, as
+    nn.Linear calls them, through ``op`` (default: the one op whose contract is linear)."""
+    import torch
+
+    import tkreg.ops
+
+    _need_gpu()
+    name = op or _linear_op()
+    call = tkreg.ops.get(name)
+    dispatcher = tkreg.ops._installed["dispatchers"][name]
+    shapes: list[LinearShape] = linear_shapes(config, tokens) if tokens else linear_shapes(config)
+    results = []
+    kind = dtypes.torch_dtype(dtype)
+    for shape in shapes:
+        x = torch.randn(shape.M, shape.K, device="cuda", dtype=kind)
+        weight = torch.randn(shape.N, shape.K, device="cuda", dtype=kind)
+        results.append(_tuned(name, dispatcher, call, (x, weight.t()), {}, shape.describe()))
+    return results
+
+
+def _tuned(op: str, dispatcher: Any, call: Any, inputs: tuple[Any, ...], params: dict[str, Any], label: str) -> Tuned:
+    import torch
+
+    call(*inputs, **params)
+    torch.cuda.synchronize()
+    plan = dispatcher.plan(inputs, dispatcher.params.values(params), tune=False)
+    view = dispatcher.form.kernel_view(inputs)
+    choice = None
+    if not isinstance(view, str):
+        choice = dispatcher.chooser.known(view.inputs(inputs), plan.params, dispatcher.chooser.device(inputs))
+    return Tuned(op, label, choice, "" if choice is not None else plan.describe(op))
+
+
+def _linear_op() -> str:
+    import tkreg.ops
+
+    linear = [d.op.name for d in tkreg.ops._installed["dispatchers"].values() if d.op.contract.kind == "linear"]
+    if len(linear) != 1:
+        raise TkregError(f"name the op to tune (--op): ops with a linear contract: {', '.join(linear) or 'none'}")
+    return linear[0]
+
+
+def _need_gpu() -> None:
+    import torch
+
+    import tkreg.ops
+
+    if not torch.cuda.is_available():
+        raise TkregError("tkreg tune times kernels on a CUDA GPU; this machine has none")
+    tkreg.ops.names()  # builds the callables and dispatchers

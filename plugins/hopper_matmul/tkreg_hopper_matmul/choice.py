@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from tkreg_matmul.choice_table import Entry, Table, packaged_table
 
@@ -83,3 +84,29 @@ def explain_choice(M: int, N: int, K: int, layout: str, num_sms: int) -> str:
     split = effective_split_k(K, c)
     shape = f"{c.BLOCK_M}x{c.BLOCK_N}x{c.BLOCK_K} s{c.NUM_STAGES} c{c.CONSUMERS}{' pingpong' if c.PINGPONG else ''}"
     return f"{shape} split-K {split} {pick.scheduler}: {pick.why}"
+
+
+# Configs tkreg.ops times beside the launcher's own choice when it tunes a shape: the model's best
+# two and the measured table's pick with the other scheduler. The table was measured on an H100;
+# on another GPU (an H200's faster memory moves the balance) the timing decides between them.
+TUNE_FROM_MODEL = 2
+OTHER_SCHEDULER = {"grouped-8": "persistent", "persistent": "grouped-8", "grouped-1": "grouped-8"}
+
+
+def tune_configs(a: Any, b: Any) -> list[dict[str, Any]]:
+    """A few plausible (config, scheduler) pairs for A (M, K) @ B (K, N), as launcher keywords."""
+    from tkreg_matmul.gluon_common import num_sms
+    from tkreg_matmul.layouts import b_layout
+
+    M, K = a.shape
+    N = b.shape[1]
+    layout = b_layout(b)
+    if layout is None:
+        return []
+    sms = num_sms(a.device)
+    configs: list[dict[str, Any]] = []
+    for _, config in ranked(M, N, K, TILES, sms)[:TUNE_FROM_MODEL]:
+        configs.append({**config.params(), "scheduler": MODEL_SCHEDULER})
+    pick = choose(M, N, K, layout, sms)
+    configs.append({**pick.config.params(), "scheduler": OTHER_SCHEDULER.get(pick.scheduler, MODEL_SCHEDULER)})
+    return configs

@@ -65,6 +65,8 @@ KERNEL = tkreg.Kernel(
     configs=tuple(_shown(c) for c in REGISTERED),
     # Benchmarks time what a user gets: the launcher's own choice of config and scheduler.
     bench_configs=({},),
+    # tkreg.ops times these beside the launcher's own choice when it tunes a shape on a GPU.
+    tune_configs="tkreg_hopper_matmul.choice:tune_configs",
     compile_configs=_compile_configs(),
     takes_scheduler=True,
     # Above the portable Triton matmul: on an H100 this is the kernel to run.

@@ -71,6 +71,8 @@ SUITES: tuple[Suite, ...] = (
           "tkreg.bench.host:measure", 60.0, warm="tkreg.bench.host:signatures"),
     Suite("matmul", "matmul on model shapes, both B layouts: tkreg.ops and each kernel's own choice against cuBLAS",
           "tkreg.bench.matmul:measure", 150.0, warm="tkreg.bench.matmul:signatures"),
+    Suite("dispatch", "tkreg.ops' measured choice on random shapes against the fastest kernel or peer, a cold process, "
+          "CUDA graphs, torch.compile and a training step", "tkreg.bench.dispatch:measure", 240.0),
     Suite("ranking", "wall, device and host time of every kernel and peer per signature: tkreg.ops' ranking data",
           "tkreg.bench.ranking:measure", 150.0, warm="tkreg.bench.ranking:signatures"),
 )

@@ -53,7 +53,7 @@ COMMAND = "python -m tkreg.report.record"
 MAX_BYTES = 60_000  # the record is read on a web page: past this it is a diary, not a record
 DIRECTIVE = re.compile(r"^\{\{\s*([a-z-]+)((?:\s+\S+)*)\s*\}\}\s*$")
 BLOCK_START, BLOCK_END = "per-gpu", "end"
-SUITE_ORDER = ("main", "timer", "host", "matmul", "ranking")
+SUITE_ORDER = ("main", "dispatch", "timer", "host", "matmul", "ranking")
 
 
 @dataclass

@@ -57,7 +57,7 @@ class Signature:
 
 def bench_signatures(op: Op) -> list[Signature]:
     """The op's benchmark cases in its benchmark dtypes, as the main job's benchmark items run them."""
-    return [Signature.of(op.name, c.dims, dtype, c.variant) for c in op.cases_in("bench") for dtype in op.bench_dtypes]
+    return [Signature.of(op.name, c.dims, dtype, c.variant) for c in op.cases_in("bench") for dtype in op.bench_dtypes_of(c)]
 
 
 def make_inputs(registry: Registry, sig: Signature, seed: int = 0) -> tuple[Any, ...]:

@@ -99,6 +99,7 @@ class Case:
     dims: Mapping[str, int]
     sets: tuple[str, ...] = ("default", "full")
     variant: str = ""
+    dtypes: tuple[str, ...] = ()  # benchmarks of this case: only these of the op's bench dtypes (default: all)
 
     def __post_init__(self) -> None:
         label = self.id if isinstance(self.dims, Mapping) else repr(self.dims)
@@ -113,6 +114,7 @@ class Case:
                 raise SpecError("case", label, "sets", f"unknown set {s!r}; known: {', '.join(CASE_SETS)}")
         if self.variant and not _NAME.match(self.variant):
             raise SpecError("case", label, "variant", "must be a short lower-case word")
+        object.__setattr__(self, "dtypes", _check_dtypes("case", label, "dtypes", self.dtypes, allow_empty=True))
 
     @property
     def id(self) -> str:
@@ -123,9 +125,9 @@ class Case:
         return self.dims[key]
 
 
-def case(sets: tuple[str, ...] = ("default", "full"), variant: str = "", **dims: int) -> Case:
+def case(sets: tuple[str, ...] = ("default", "full"), variant: str = "", dtypes: tuple[str, ...] = (), **dims: int) -> Case:
     """Shorthand: ``case(M=4097, N=33)``."""
-    return Case(dims=dims, sets=sets, variant=variant)
+    return Case(dims=dims, sets=sets, variant=variant, dtypes=dtypes)
 
 
 @dataclass(frozen=True, repr=False)
@@ -212,6 +214,9 @@ class Op:
         if not set(bench) <= set(self.dtypes):
             raise SpecError(kind, self.name, "bench_dtypes", f"must be among the op's dtypes ({', '.join(self.dtypes)})")
         object.__setattr__(self, "bench_dtypes", bench or self.dtypes)
+        for c in self.cases if isinstance(self.cases, (tuple, list)) else ():
+            if isinstance(c, Case) and c.dtypes and not set(c.dtypes) & set(self.bench_dtypes):
+                raise SpecError(kind, self.name, "cases", f"case {c.id}: none of its dtypes is among the bench dtypes")
         if not isinstance(self.cases, (tuple, list)) or not self.cases:
             raise SpecError(kind, self.name, "cases", "must be a non-empty tuple of Case")
         for c in self.cases:
@@ -282,6 +287,10 @@ class Op:
 
     def cases_in(self, *case_sets: str) -> tuple[Case, ...]:
         return tuple(c for c in self.cases if any(s in c.sets for s in case_sets))
+
+    def bench_dtypes_of(self, case: Case) -> tuple[str, ...]:
+        """The dtypes benchmarks run ``case`` in: the case's own choice among the op's bench dtypes."""
+        return tuple(d for d in self.bench_dtypes if not case.dtypes or d in case.dtypes)
 
     def tolerance(self, dtype: str, case: Case, output: Output | None = None) -> Tolerance:
         """The check for one output (default: the first) in cases of ``dtype``."""

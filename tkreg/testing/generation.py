@@ -136,7 +136,7 @@ def _bench_items(registry: Registry, op_name: str, kernels: list[Kernel]) -> lis
     backward = [k for k in kernels if k.backward]
     modes = ("fwd", "bwd", "fwdbwd") if op.differentiable else ("fwd",)
     for case in op.cases_in("bench"):
-        for dtype in op.bench_dtypes:
+        for dtype in op.bench_dtypes_of(case):
             for mode in modes:
                 timed = forward if mode == "fwd" else backward
                 runs = [k for k in timed if dtype in registry.kernel_dtypes(k)]

@@ -1,0 +1,42 @@
+"""The kernels compile for sm_90a (no GPU needed) with the code their plans rely on: 16-byte
+global loads (and stores, forward), no register spills, and the fused backward's row loop
+pipelined with 16-byte cp.async copies, within the registers per thread the backward's program
+count assumes (plans.BWD_REGISTERS_PER_THREAD)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from tkreg_norms import plans, plugin
+
+from tkreg.launch.aot import check_code
+from tkreg.testing.aot_worker import compile_installed
+
+ITEMS = [
+    (kernel, config, dtype)
+    for kernel in plugin.KERNELS
+    for config in kernel.compile_configs or ()
+    for dtype in ("bfloat16", "float32")
+]
+
+
+def _fused_backward(kernel: Any, config: dict[str, Any], dtype: str) -> bool:
+    itemsize = 4 if dtype == "float32" else 2
+    return kernel.backward and "stage" not in config and not plans.backward_plan(config["N"], itemsize).looped
+
+
+@pytest.mark.parametrize(("kernel", "config", "dtype"), ITEMS,
+                         ids=[f"{k.name}-{'-'.join(f'{a}={b}' for a, b in c.items())}-{d}" for k, c, d in ITEMS])
+def test_compiles_for_sm_90a_with_the_code_the_plan_relies_on(kernel: Any, config: dict[str, Any], dtype: str) -> None:
+    (target,) = kernel.targets
+    assert target.arch == "sm_90a"
+    code = compile_installed(kernel.name, target.arch, dtype, dict(config))
+    check = check_code(code, target)
+    assert check.ok, (check.missing_ptx, check.missing_sass)
+    assert "LOCAL:0" in code.resources, code.resources  # no spills
+    if _fused_backward(kernel, config, dtype):
+        registers = int(re.search(r"REG:(\d+)", code.resources).group(1))  # type: ignore[union-attr]
+        assert registers <= plans.BWD_REGISTERS_PER_THREAD, code.resources
+        assert re.search(r"LDGSTS\.E(\.\w+)*\.128", code.sass), "the row loop is not pipelined"

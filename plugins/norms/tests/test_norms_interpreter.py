@@ -1,0 +1,325 @@
+"""The kernels under Triton's CPU interpreter, on what the generated items do not reach: the block
+boundaries of each plan, rows at the fused/looped limits, a decode row, eps at 0 and 1, mixed
+dtypes, broadcast rows, strided outputs and gradients, rows with a large mean, the fast path,
+and the determinism of the weight-gradient reduction (same inputs, same bits).
+
+The interpreter must be on before triton builds the kernels, so the checks run in one fresh
+process (this file run as a script) that prints one JSON object: each check's failure, or null.
+Each check returns a list of problems (empty: it passed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import tkreg
+from tkreg.core.loading import build_registry
+from tkreg.core.specs import case
+
+CHECKS: dict[str, Callable[[], list[str]]] = {}
+SMALL_BLOCKS = {"BLOCK": 256, "ROWS": 2, "num_warps": 2}
+
+
+def check(fn: Callable[[], list[str]]) -> Callable[[], list[str]]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def _registry() -> tkreg.Registry:
+    return build_registry(env={"TKREG_PLUGINS": "norms"})
+
+
+def _run(kernels: tuple[str, ...], cases: list[Any], dtypes: tuple[str, ...], configs: tuple[dict[str, Any], ...],
+         params: tuple[dict[str, Any], ...] = ({},)) -> list[str]:
+    """run_check (the generated items' check) over the cross product; the failures' reports."""
+    from tkreg.testing.harness import run_check
+
+    registry, problems = _registry(), []
+    for name in kernels:
+        kernel = registry.kernel(name)
+        for c in cases:
+            for dtype in dtypes:
+                for config in configs:
+                    backward = {"programs": 3} if kernel.backward and config else {}
+                    for p in params:
+                        result = run_check(registry, kernel, c, dtype, {**config, **backward}, seed=7, device="cpu", params=p)
+                        if not result.ok or result.rejected:
+                            problems.append(result.report() or f"{result.context}: rejected {result.rejected}")
+    return problems
+
+
+ALL = ("rms_norm_triton", "rms_norm_bwd_triton", "layer_norm_triton", "layer_norm_bwd_triton")
+
+
+@check
+def block_boundaries() -> list[str]:
+    # 256-element blocks: rows one short of, at and one past one and two blocks
+    cases = [case(M=3, N=n) for n in (255, 256, 257, 512, 513)]
+    return _run(ALL, cases, ("float32", "bfloat16"), (SMALL_BLOCKS, {}))
+
+
+@check
+def fused_and_looped_limits() -> list[str]:
+    # the forward keeps rows up to 16384 whole, the backward up to 8192
+    forward = _run(("rms_norm_triton", "layer_norm_triton"), [case(M=2, N=16384), case(M=2, N=16385)],
+                   ("float32", "bfloat16"), ({},))
+    backward = _run(("rms_norm_bwd_triton", "layer_norm_bwd_triton"), [case(M=3, N=8192), case(M=3, N=8193)],
+                    ("float32", "float16"), ({},))
+    return forward + backward
+
+
+@check
+def decode_rows() -> list[str]:
+    return _run(ALL, [case(M=1, N=4096), case(M=1, N=65536, variant="offset")], ("bfloat16",), ({},))
+
+
+@check
+def eps_zero_and_one() -> list[str]:
+    return _run(ALL, [case(M=5, N=300)], ("float32", "bfloat16"), ({}, SMALL_BLOCKS), ({"eps": 0.0}, {"eps": 1.0}))
+
+
+def _launch(layer: bool, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, eps: float, **config: Any
+            ) -> tuple[torch.Tensor, ...]:
+    from tkreg_norms import launch
+
+    m = x.shape[0]
+    stats = tuple(torch.full((m,), float("nan")) for _ in range(2 if layer else 1))
+    out = (torch.full(x.shape, float("nan"), dtype=x.dtype), *stats)
+    if layer:
+        return launch.layer_norm_forward(x, w, b, out=out, eps=eps, **config)
+    return launch.rms_norm_forward(x, w, out=out, eps=eps, **config)
+
+
+def _reference(layer: bool, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, ...]:
+    from tkreg_norms import op
+
+    if layer:
+        return op.layer_norm_reference(x.double(), w.double(), b.double(), eps=eps)  # type: ignore[union-attr]
+    return op.rms_norm_reference(x.double(), w.double(), eps=eps)
+
+
+def _compare(what: str, got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...], layer: bool) -> list[str]:
+    """The outputs against the float64 reference, with the op's tolerances (bf16 y)."""
+    from tkreg_norms import plugin
+
+    from tkreg.testing.checking import compare
+
+    op = plugin.LAYER_NORM if layer else plugin.RMS_NORM
+    problems = []
+    for output, g, w in zip(op.outputs, got, want):
+        tol = op.tolerance(dtype_name(g) if output.dtype is None else "float32", case(M=1, N=1), output)
+        result = compare(g, w.to(g.dtype).double(), tol)
+        if not result.ok:
+            problems.append(f"{what}: {output.name}: {result.report()}")
+    return problems
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+@check
+def mixed_dtypes() -> list[str]:
+    # bf16 activations with fp32 weight and bias (mixed-precision training keeps them so)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 300, generator=g).bfloat16()
+    w, b = torch.randn(300, generator=g), torch.randn(300, generator=g)
+    problems = []
+    for layer in (False, True):
+        for config in ({}, SMALL_BLOCKS):
+            got = _launch(layer, x, w, b if layer else None, 1e-5, **config)
+            problems += _compare(f"layer={layer} {config}", got, _reference(layer, x, w, b if layer else None, 1e-5), layer)
+    return problems
+
+
+@check
+def broadcast_rows() -> list[str]:
+    # x of one row repeated (row stride 0): every output row is the same
+    row = torch.randn(1, 1000, generator=torch.Generator().manual_seed(4))
+    x = row.expand(9, 1000)
+    w, b = torch.randn(1000), torch.randn(1000)
+    problems = []
+    for layer in (False, True):
+        for config in ({}, SMALL_BLOCKS):
+            got = _launch(layer, x, w, b if layer else None, 1e-6, **config)
+            problems += _compare(f"layer={layer} {config}", got, _reference(layer, x, w, b if layer else None, 1e-6), layer)
+            if not torch.equal(got[0], got[0][:1].expand(9, 1000)):
+                problems.append(f"layer={layer} {config}: rows of one input differ")
+    return problems
+
+
+@check
+def large_mean_rows() -> list[str]:
+    """Rows with mean 1000 and unit spread: the variance must come from deviations (fused: the
+    row centred in registers; looped: per-chunk deviations merged), not from E[x^2] - mean^2,
+    which cancels to a 6% error here. rstd stays within 1e-4 (a tight fp32 sum gives ~1e-6)."""
+    from tkreg_norms import op
+
+    problems = []
+    g = torch.Generator().manual_seed(5)
+    for n, config in ((1000, {}), (65537, {}), (1000, SMALL_BLOCKS)):
+        x = torch.randn(3, n, generator=g) + 1000
+        w, b = torch.ones(n), torch.zeros(n)
+        _, mean, rstd = _launch(True, x, w, b, 1e-5, **config)
+        _, want_mean, want_rstd = op.layer_norm_reference(x.double(), w.double(), b.double(), eps=1e-5)
+        err = float(((rstd.double() - want_rstd) / want_rstd).abs().max())
+        if err > 1e-4:
+            problems.append(f"N={n} {config}: rstd off by {err:.2g} relative")
+        if float(((mean.double() - want_mean) / want_mean).abs().max()) > 1e-6:
+            problems.append(f"N={n} {config}: mean off")
+    return problems
+
+
+def _backward(layer: bool, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dy: torch.Tensor,
+              out: tuple[torch.Tensor, ...], **config: Any) -> tuple[torch.Tensor, ...]:
+    from tkreg_norms import launch, op
+
+    if layer:
+        _, mean, rstd = op.layer_norm_reference(x.double(), w.double(), b.double(), eps=1e-5)  # type: ignore[union-attr]
+        return launch.layer_norm_backward(x, w, b, None, mean.float(), rstd.float(), dy, out=out, eps=1e-5, **config)
+    _, rstd = op.rms_norm_reference(x.double(), w.double(), eps=1e-5)
+    return launch.rms_norm_backward(x, w, None, rstd.float(), dy, out=out, eps=1e-5, **config)
+
+
+def _grads(layer: bool, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dy: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    from tkreg_norms import op
+
+    leaves = [t.double().requires_grad_() for t in ((x, w, b) if layer else (x, w))]
+    y = (op.layer_norm_reference if layer else op.rms_norm_reference)(*leaves, eps=1e-5)[0]
+    return torch.autograd.grad(y, leaves, dy.double())
+
+
+def _poisoned(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(t.fill_(float("nan")) for t in tensors)
+
+
+@check
+def strided_outputs_and_gradients() -> list[str]:
+    """y and dx written into rows of a wider buffer, dy read from one: padding left alone."""
+    from tkreg_norms import launch, plugin
+
+    from tkreg.testing.checking import compare
+
+    problems = []
+    g = torch.Generator().manual_seed(6)
+    for layer in (False, True):
+        for config in ({}, SMALL_BLOCKS):
+            x, w, b = torch.randn(5, 300, generator=g), torch.randn(300, generator=g), torch.randn(300, generator=g)
+            y_buf = torch.zeros(5, 310)
+            out = (y_buf[:, 3:303], *(torch.empty(5) for _ in range(2 if layer else 1)))
+            if layer:
+                launch.layer_norm_forward(x, w, b, out=out, eps=1e-5, **config)
+            else:
+                launch.rms_norm_forward(x, w, out=out, eps=1e-5, **config)
+            problems += _compare(f"layer={layer} {config}", out, _reference(layer, x, w, b if layer else None, 1e-5), layer)
+            if torch.count_nonzero(y_buf[:, :3]) or torch.count_nonzero(y_buf[:, 303:]):
+                problems.append(f"layer={layer} {config}: wrote outside y's columns")
+            dy = torch.randn(5, 320, generator=g)[:, 10:310]
+            dx_buf = torch.zeros(5, 301)
+            grads = _poisoned(torch.empty(300), *((torch.empty(300),) if layer else ()))
+            out = (dx_buf[:, :300], *grads)
+            backward_config = {**config, "programs": 2} if config else {}
+            _backward(layer, x, w, b if layer else None, dy, out, **backward_config)
+            want_grads = _grads(layer, x, w, b if layer else None, dy)
+            tol = plugin.RMS_NORM.grad_tolerance("float32", case(M=1, N=1))
+            for name, got, expected in zip(("dx", "dw", "db"), out, want_grads):
+                result = compare(got, expected.float().double(), tol)
+                if not result.ok:
+                    problems.append(f"layer={layer} {config} {name}: {result.report()}")
+            if torch.count_nonzero(dx_buf[:, 300:]):
+                problems.append(f"layer={layer} {config}: wrote outside dx's columns")
+    return problems
+
+
+@check
+def weight_gradient_is_deterministic() -> list[str]:
+    """Two runs on the same inputs give the same bits, for every plan: one program, partial
+    sums over programs in registers (fused), partial sums read and written back (looped)."""
+    problems = []
+    g = torch.Generator().manual_seed(8)
+    for layer in (False, True):
+        for m, n, config in ((37, 1000, {}), (37, 1000, {**SMALL_BLOCKS, "programs": 5}), (3, 40, {}), (6, 700, SMALL_BLOCKS)):
+            for dtype in (torch.float32, torch.bfloat16):
+                x, dy = torch.randn(m, n, generator=g).to(dtype), torch.randn(m, n, generator=g).to(dtype)
+                w, b = torch.randn(n, generator=g).to(dtype), torch.randn(n, generator=g).to(dtype)
+                runs = []
+                for _ in range(2):
+                    out = _poisoned(torch.empty(m, n, dtype=dtype), torch.empty(n, dtype=dtype),
+                                    *((torch.empty(n, dtype=dtype),) if layer else ()))
+                    runs.append(_backward(layer, x, w, b if layer else None, dy, out, **config))
+                for name, first, second in zip(("dx", "dw", "db"), *runs):
+                    if not torch.equal(first.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                                       second.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)):
+                        problems.append(f"layer={layer} {m}x{n} {config} {dtype}: {name} differs between two runs")
+    return problems
+
+
+@check
+def fast_path_gives_the_same_bits() -> list[str]:
+    """With the fast checks taking CPU tensors (as they take CUDA ones on a GPU), the first call
+    of a row width plans it (full checks), later calls skip the checks; outputs are the same bits."""
+    from tkreg_norms import checks, launch
+
+    from tkreg.launch import inputs as launch_inputs
+
+    launch_inputs.FAST_DEVICE_TYPE = "cpu"
+    launch._FAST_FORWARD.clear()  # plans earlier checks made: the first call here must plan
+    full_checks: list[int] = []
+    original = checks.forward_reasons
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        full_checks.append(1)
+        return original(*args, **kwargs)
+
+    checks.forward_reasons = counted
+    problems = []
+    g = torch.Generator().manual_seed(9)
+    for layer in (False, True):
+        for n in (300, 16385):
+            x = torch.randn(4, n, generator=g).bfloat16()
+            w = torch.nn.Parameter(torch.randn(n, generator=g).bfloat16())
+            b = torch.randn(n, generator=g).bfloat16()
+            before = len(full_checks)
+            first = _launch(layer, x, w, b, 1e-5)
+            second = _launch(layer, x, w, b, 1e-5)
+            if len(full_checks) - before != 1:
+                problems.append(f"layer={layer} N={n}: {len(full_checks) - before} full checks for two calls; expected 1")
+            for a, c in zip(first, second):
+                if not torch.equal(a, c):
+                    problems.append(f"layer={layer} N={n}: the fast path's output differs")
+    checks.forward_reasons = original
+    launch_inputs.FAST_DEVICE_TYPE = "cuda"
+    return problems
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, list[str]]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_under_the_interpreter(results: dict[str, list[str]], name: str) -> None:
+    assert name in results, f"{name} did not run"
+    assert not results[name], "\n".join(results[name])
+
+
+if __name__ == "__main__":
+    import traceback
+
+    outcome: dict[str, list[str]] = {}
+    for name, fn in CHECKS.items():
+        try:
+            outcome[name] = fn()
+        except Exception:
+            outcome[name] = [traceback.format_exc()]
+    print(json.dumps(outcome))

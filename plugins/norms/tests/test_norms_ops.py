@@ -1,0 +1,145 @@
+"""tkreg.ops.rms_norm and tkreg.ops.layer_norm as a model calls them: 3-D inputs, eps as a keyword,
+autograd and torch.compile(fullgraph=True), on the CPU under the interpreter. Outputs and
+gradients match torch's (in float64, rounded as the op's tolerances allow), and the calls run
+this plugin's kernels, forward and backward: a peer fallback is an error, except for inputs the
+kernels refuse (a transposed x), which reach torch with the kernels' reason.
+
+Runs in a fresh process with TRITON_INTERPRET=1 (this file as a script). Skipped, saying why,
+only while tkreg.ops cannot pass eps to the op."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def _skip_reason() -> str | None:
+    import tkreg
+
+    ops: Any = tkreg.ops
+    try:
+        parameters = inspect.signature(ops.rms_norm).parameters
+    except (TypeError, ValueError):
+        return "tkreg.ops.rms_norm has no signature to read"
+    if "eps" not in parameters and not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return "tkreg.ops.rms_norm does not accept eps yet (tkreg.ops has no op parameters)"
+    return None
+
+
+class _Calls(logging.Handler):
+    """Which kernel tkreg.ops chose, from its INFO log."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _close(what: str, got: torch.Tensor, want: torch.Tensor, tol: Any) -> list[str]:
+    from tkreg.testing.checking import compare
+
+    result = compare(got.detach(), want.detach().to(got.dtype).double(), tol)
+    return [] if result.ok else [f"{what}: {result.report()}"]
+
+
+def _check(name: str, dtype: torch.dtype, eps: float, compiled: bool) -> list[str]:
+    from tkreg_norms import plugin
+
+    import tkreg
+
+    layer = name == "layer_norm"
+    op = plugin.LAYER_NORM if layer else plugin.RMS_NORM
+    g = torch.Generator().manual_seed(11)
+    shape = (2, 3, 300)
+    tensors = [torch.randn(*shape, generator=g), *(torch.randn(300, generator=g) for _ in op.inputs[1:])]
+    leaves = [t.to(dtype).requires_grad_() for t in tensors]
+    fn = getattr(tkreg.ops, name)
+    call = torch.compile(lambda *t: fn(*t, eps=eps), fullgraph=True) if compiled else (lambda *t: fn(*t, eps=eps))
+    y = call(*leaves)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    want = F.layer_norm(*wide[:1], (300,), *wide[1:], eps) if layer else F.rms_norm(wide[0], (300,), wide[1], eps)
+    tag = f"{name} {dtype} eps={eps} compiled={compiled}"
+    case = plugin.CASES[0]
+    problems = [] if y.shape == shape else [f"{tag}: y has shape {tuple(y.shape)}"]
+    problems += _close(f"{tag} y", y, want, op.tolerance(str(dtype).removeprefix("torch."), case))
+    dy = torch.randn(*shape, generator=g).to(dtype)
+    grads = torch.autograd.grad(y, leaves, dy)
+    wants = torch.autograd.grad(want, wide, dy.double())
+    for input_name, got, expected in zip(op.inputs, grads, wants):
+        problems += _close(f"{tag} grad {input_name}", got, expected, op.grad_tolerance(str(dtype).removeprefix("torch."), case))
+    return problems
+
+
+def run_checks() -> dict[str, Any]:
+    reason = _skip_reason()
+    if reason is not None:
+        return {"skip": reason}
+    from tkreg.ops import PeerFallbackWarning
+
+    warnings.simplefilter("error", PeerFallbackWarning)  # every call must run a kernel of ours
+    calls = _Calls()
+    logger = logging.getLogger("tkreg.ops")
+    logger.addHandler(calls)
+    logger.setLevel(logging.INFO)
+    problems: list[str] = []
+    for name, eps in (("rms_norm", 1e-5), ("layer_norm", 1e-6)):
+        for dtype in (torch.float32, torch.bfloat16):
+            for compiled in (False, True):
+                problems += _check(name, dtype, eps, compiled)
+        for kernel in (f"{name}_triton", f"{name}_bwd_triton"):
+            if not any(kernel in line and "peer" not in line for line in calls.lines):
+                problems.append(f"tkreg.ops.{name} never called {kernel}; its log: {calls.lines}")
+    problems += _refused_inputs_fall_back()
+    return {"problems": problems, "log": calls.lines}
+
+
+def _refused_inputs_fall_back() -> list[str]:
+    """Rows the kernels do not take (a transposed x: column stride != 1) go to torch, saying why."""
+    import tkreg
+    from tkreg.ops import PeerFallbackWarning
+
+    x, w = torch.randn(64, 5).t(), torch.randn(64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PeerFallbackWarning)
+        y = tkreg.ops.rms_norm(x, w, eps=1e-5)
+    said = [str(c.message) for c in caught if issubclass(c.category, PeerFallbackWarning)]
+    problems = [] if torch.allclose(y, F.rms_norm(x, (64,), w, 1e-5)) else ["the fallback's y differs from torch's"]
+    if not any("column stride" in message for message in said):
+        problems.append(f"a transposed x fell back without the kernels' reason: {said}")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def outcome() -> dict[str, Any]:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TKREG_PLUGINS": "norms"}
+    run = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_tkreg_ops_match_torch_with_autograd_and_torch_compile_on_3d_inputs(outcome: dict[str, Any]) -> None:
+    if "skip" in outcome:
+        pytest.skip(outcome["skip"])
+    assert not outcome["problems"], "\n".join(outcome["problems"])
+
+
+if __name__ == "__main__":
+    import traceback
+
+    try:
+        result = run_checks()
+    except Exception:
+        result = {"problems": [traceback.format_exc()]}
+    print(json.dumps(result))

@@ -1,0 +1,173 @@
+"""The contracts of rms_norm and layer_norm: float64 references, seeded inputs, outputs, cost
+models, and torch's implementations as peer and rival."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tkreg.core.specs import Case, Cost
+
+# Layouts make_inputs understands (Case.variant).
+PADDED = "padded"  # rows inside wider rows: row stride N + pad, 16-byte aligned row starts
+OFFSET = "offset"  # an odd row stride and a base one element in: no row start is 16-byte aligned
+VARIANTS = ("", PADDED, OFFSET)
+ALIGN_BYTES = 16
+STATS_BYTES = 4  # mean and rstd are fp32, one per row
+
+
+# -- references (float64 copies of the inputs; autograd of them gives the gradients) -----------
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    rstd = torch.rsqrt(x.pow(2).mean(dim=-1) + eps)
+    return x * rstd.unsqueeze(-1) * weight, rstd
+
+
+def layer_norm_reference(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    mean = x.mean(dim=-1)
+    centred = x - mean.unsqueeze(-1)
+    rstd = torch.rsqrt(centred.pow(2).mean(dim=-1) + eps)
+    return centred * rstd.unsqueeze(-1) * weight + bias, mean, rstd
+
+
+# -- inputs and outputs -------------------------------------------------------------------------
+
+
+def _rows(case: Case, dtype: torch.dtype, generator: torch.Generator, device: str) -> torch.Tensor:
+    """x of the case: standard normal values (x and every gradient are O(1), which the
+    tolerances assume), laid out as the variant says."""
+    m, n = case["M"], case["N"]
+    if case.variant not in VARIANTS:
+        raise ValueError(f"norms: unknown case variant {case.variant!r}; known: {', '.join(map(repr, VARIANTS))}")
+    if case.variant == "":
+        return torch.randn(m, n, generator=generator, dtype=dtype, device=device)
+    if case.variant == PADDED:
+        per_align = ALIGN_BYTES // dtype.itemsize
+        stride = (n // per_align + 1) * per_align  # wider than N, a multiple of 16 bytes
+        return torch.randn(m, stride, generator=generator, dtype=dtype, device=device)[:, :n]
+    stride = n + 3 if (n + 3) % 2 else n + 4  # odd, so consecutive rows alternate alignment
+    flat = torch.randn(m * stride + 1, generator=generator, dtype=dtype, device=device)
+    return flat[1:].view(m, stride)[:, :n]
+
+
+def _vector(n: int, dtype: torch.dtype, generator: torch.Generator, device: str) -> torch.Tensor:
+    return torch.randn(n, generator=generator, dtype=dtype, device=device)
+
+
+def rms_norm_inputs(case: Case, dtype: torch.dtype, generator: torch.Generator, device: str) -> tuple[torch.Tensor, ...]:
+    x = _rows(case, dtype, generator, device)
+    return x, _vector(case["N"], dtype, generator, device)
+
+
+def layer_norm_inputs(case: Case, dtype: torch.dtype, generator: torch.Generator, device: str) -> tuple[torch.Tensor, ...]:
+    x = _rows(case, dtype, generator, device)
+    return x, _vector(case["N"], dtype, generator, device), _vector(case["N"], dtype, generator, device)
+
+
+def _stat(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+
+
+def rms_norm_outputs(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """y (contiguous, x's dtype) and rstd (fp32, one per row)."""
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), _stat(x)
+
+
+def layer_norm_outputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """y, mean and rstd."""
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), _stat(x), _stat(x)
+
+
+# -- cost models: the bytes each op must move, and its arithmetic -------------------------------
+
+
+def rms_norm_cost(dims: Mapping[str, int], itemsize: int) -> Cost:
+    m, n = dims["M"], dims["N"]
+    # x read, y written, the weight read once, rstd written
+    return Cost(bytes=2 * m * n * itemsize + n * itemsize + m * STATS_BYTES, flops=4 * m * n)
+
+
+def rms_norm_backward_cost(dims: Mapping[str, int], itemsize: int) -> Cost:
+    m, n = dims["M"], dims["N"]
+    # x and dy read, dx written; the weight read and its gradient written; rstd read
+    return Cost(bytes=3 * m * n * itemsize + 2 * n * itemsize + m * STATS_BYTES, flops=8 * m * n)
+
+
+def layer_norm_cost(dims: Mapping[str, int], itemsize: int) -> Cost:
+    m, n = dims["M"], dims["N"]
+    # x read, y written, weight and bias read, mean and rstd written
+    return Cost(bytes=2 * m * n * itemsize + 2 * n * itemsize + 2 * m * STATS_BYTES, flops=7 * m * n)
+
+
+def layer_norm_backward_cost(dims: Mapping[str, int], itemsize: int) -> Cost:
+    m, n = dims["M"], dims["N"]
+    # x and dy read, dx written; weight read, weight and bias gradients written; mean, rstd read
+    return Cost(bytes=3 * m * n * itemsize + 3 * n * itemsize + 2 * m * STATS_BYTES, flops=11 * m * n)
+
+
+# -- torch as peer and rival ---------------------------------------------------------------------
+
+
+def _fill(out: Any, y: torch.Tensor) -> Any:
+    """Give out's y the values of ``y``. torch's functions have no out=, and a copy would add a
+    full read and write of y to every call the benchmarks time (about doubling a norm's
+    traffic), so out's y takes over y's storage instead: a metadata change, no kernel."""
+    out[0].set_(y)
+    return out
+
+
+def rms_norm_peer(x: torch.Tensor, weight: torch.Tensor, *, out: Any = None, eps: float) -> Any:
+    """F.rms_norm; fills y only (rstd is the kernels' own). With out=None returns (y,)."""
+    y = F.rms_norm(x, (x.shape[-1],), weight, eps)
+    return (y,) if out is None else _fill(out, y)
+
+
+def layer_norm_peer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, out: Any = None, eps: float) -> Any:
+    """F.layer_norm; fills y only. With out=None returns (y,)."""
+    y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    return (y,) if out is None else _fill(out, y)
+
+
+# torch.compile of the same functions, one compiled function per input signature. Dynamo keeps
+# its compiled code per code object and stops recompiling one after a few shapes (falling back to
+# eager, which would time torch instead of its compiler); each signature gets its own copy of the
+# code, so every benchmark case is compiled for its static shape.
+_COMPILED: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+
+def _eager_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _eager_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def _compiled(fn: types.FunctionType, tensors: tuple[torch.Tensor, ...], eps: float) -> Callable[..., Any]:
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    key = (fn.__name__, eps, grad, *((t.shape, t.stride(), t.dtype, t.device) for t in tensors))
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        code = fn.__code__.replace(co_name=f"{fn.__name__}_{len(_COMPILED)}")
+        copy = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+        compiled = _COMPILED[key] = torch.compile(copy, dynamic=False, fullgraph=True)
+    return compiled
+
+
+def rms_norm_compiled(x: torch.Tensor, weight: torch.Tensor, *, out: Any = None, eps: float) -> Any:
+    """torch.compile of F.rms_norm (the rival benchmarks time beside the peer)."""
+    y = _compiled(_eager_rms_norm, (x, weight), eps)(x, weight, eps)
+    return (y,) if out is None else _fill(out, y)
+
+
+def layer_norm_compiled(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, out: Any = None, eps: float) -> Any:
+    """torch.compile of F.layer_norm."""
+    y = _compiled(_eager_layer_norm, (x, weight, bias), eps)(x, weight, bias, eps)
+    return (y,) if out is None else _fill(out, y)

@@ -104,7 +104,7 @@ def test_with_tuning_off_the_prior_decides_and_explain_says_what_a_call_would_ti
     assert TIMED == []
     text = two_kernels.explain("toy_mul", x, y)
     assert text.startswith("tkreg.ops.toy_mul calls toy_slow")  # priority 5 first: the prior
-    assert "not measured on this GPU; a call with tuning on times toy_slow, toy_fast, peer" in text
+    assert "not measured on this GPU; a call with tuning on times peer, toy_slow, toy_fast" in text
 
 
 def test_explain_never_times(gpu_like: Path, two_kernels: Any) -> None:
@@ -222,3 +222,22 @@ def test_on_a_cpu_without_the_interpreter_explain_and_lookup_say_the_peer_runs()
     assert explained.startswith("tkreg.ops.add calls its peer: no registered kernel takes these inputs")
     assert "the Triton interpreter is off in this process (set TRITON_INTERPRET=1" in explained
     assert warned.startswith("tkreg.ops.add calls its peer torch.add") and "TRITON_INTERPRET=1" in warned
+
+
+def test_a_spent_budget_still_times_the_peer_and_each_kernels_own_choice_first(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compiles eat the budget: what is left out when it runs out is the least likely."""
+    from tests.ops_support import registry_with as with_plugins
+    from tkreg.ops.choosing import Chooser
+    from tkreg.ops.forms import form_for
+
+    registry = with_plugins(ToyPlugin(toy_kernel("toy_fast", toy_fast, tune_configs=({"BLOCK": 64},))))
+    op = registry.op("toy_mul")
+    form = form_for(op)
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    chooser = Chooser(registry, op, form)
+    view = form.kernel_view((x, y))
+    layouts = form.output_layouts((x, y), view, {})
+    order = [c.label for c in chooser.candidates(registry.kernels("toy_mul"), lambda k: k.load(), (x, y), (x, y), layouts, {})]
+    assert order == ["peer", "toy_fast", "toy_fast[BLOCK=64]"]

@@ -83,16 +83,20 @@ def measure(deadline: Deadline) -> Measured:
     torch.cuda.synchronize()
     picks = [r for r in rows if r.get("check") == "pick"]
     passed = [r for r in picks if r.get("pass")]
+    chosen_well = [r for r in picks if r.get("choice_pass")]
     summary = {
         "seed": seed,
         "picks": len(picks),
         "picks_within": len(passed),
         "pick_share": round(len(passed) / len(picks), 3) if picks else None,
         "pick_geomean": round(geomean(r["ratio"] for r in picks if "ratio" in r), 4) if picks else None,
+        "choices_within": len(chosen_well),
+        "choice_share": round(len(chosen_well) / len(picks), 3) if picks else None,
     }
     notes = (f"pick: tkreg.ops against the fastest of every kernel (own choice and tuning configs) and the peer on random "
              f"shapes (seed {seed}), wall time per call as queued back to back (CUDA events, launch included), median of "
-             f"interleaved rounds; pass where the fastest other takes >= {PICK_WITHIN} of tkreg.ops' time.")  # fmt: skip
+             f"interleaved rounds; pass where the fastest other takes >= {PICK_WITHIN} of tkreg.ops' time (ratio); "
+             f"choice_ratio: the same for the candidate tkreg.ops chose, called directly (without the dispatch).")  # fmt: skip
     return Measured(kind="dispatch", rows=rows, notes=notes, summary=summary)
 
 
@@ -159,8 +163,24 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, A
         best = min(others, key=lambda k: others[k])
         row.update(best=best, ratio=round(others[best] / ours, 4), tkreg_us=round(ours, 2))
         row["pass"] = row["ratio"] >= PICK_WITHIN
-        say(f"  pick {sig.label}: tkreg.ops {ours:.1f} us, best {best} {others[best]:.1f} us ({row['ratio']:.3f})")
+        chosen = _chosen(op.name, inputs)
+        row["chosen"] = chosen
+        if chosen in others:
+            # the choice itself, timed as a caller of it pays (without tkreg.ops' dispatch)
+            row["choice_ratio"] = round(others[best] / others[chosen], 4)
+            row["choice_pass"] = row["choice_ratio"] >= PICK_WITHIN
+        say(f"  pick {sig.label}: tkreg.ops {ours:.1f} us ({chosen} {others.get(chosen, float('nan')):.1f}), "
+            f"best {best} {others[best]:.1f} us ({row['ratio']:.3f}; choice {row.get('choice_ratio')})")
     return row
+
+
+def _chosen(op: str, inputs: tuple[Any, ...]) -> str:
+    """The candidate tkreg.ops runs for these inputs, as the dispatch suite labels candidates."""
+    from .. import ops
+
+    dispatcher = ops._installed["dispatchers"][op]
+    plan = dispatcher.plan(inputs, dispatcher.params.values({}), tune=False)
+    return plan.launchers[0][0] if plan.launchers else "peer"
 
 
 def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
@@ -339,8 +359,12 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
 
 
 def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
+    """The step's time, and what each of its six products runs (the forward's two, and the
+    backward formula's: the input's gradient d_out @ W and the weight's x.t() @ d_out)."""
     import torch
     import torch.nn.functional as F
+
+    from .. import ops
 
     t, h, inner = TRAIN["tokens"], TRAIN["hidden"], TRAIN["inner"]
     x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
@@ -363,6 +387,11 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
         row["tkreg_us"] = round(_wall_us(lambda: step(mm)), 2)
         row["torch_us"] = round(_wall_us(lambda: step(lambda a, b: a @ b)), 2)
         row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
+        h = F.gelu(x @ w1.t()).detach()
+        grad_out, grad_h = torch.empty(t, w2.shape[0], device="cuda", dtype=x.dtype), torch.empty_like(h)
+        products = {"x @ w1.t()": (x, w1.t()), "h @ w2.t()": (h, w2.t()), "d_out @ w2": (grad_out, w2.detach()),
+                    "h.t() @ d_out": (h.t(), grad_out), "d_h @ w1": (grad_h, w1.detach()), "x.t() @ d_h": (x.t(), grad_h)}
+        row["decisions"] = {what: ops.explain(op, a, b)[:300] for what, (a, b) in products.items()}
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     say(f"  training step: {row}")

@@ -127,22 +127,25 @@ class Chooser:
         layouts: Sequence[OutputLayout],
         params: dict[str, Any],
     ) -> dict[Candidate, Callable[[], Any]]:
-        """Every way to run these inputs, as calls that write only into scratch outputs."""
+        """Every way to run these inputs, as calls that write only into scratch outputs, in the
+        order they are timed: the peer (nothing to compile), each kernel at its launcher's own
+        choice, then the configs kernels offer for tuning, so a tuning budget that runs out
+        leaves out the least likely first."""
         scratch = [layout.empty() for layout in layouts]
         several = len(scratch) > 1
         kernel_outs = tuple(layout.kernel(o) for layout, o in zip(layouts, scratch))
         kernel_out = kernel_outs if several else kernel_outs[0]
         calls: dict[Candidate, Callable[[], Any]] = {}
-        for kernel in kernels:
-            launch = launcher(kernel)
-            for config in self.tune_configs(kernel, kernel_inputs, params):
-                calls[Candidate(kernel.name, config)] = functools.partial(
-                    launch, *kernel_inputs, out=kernel_out, **params, **config
-                )
         if self.op.peer is not None:
             peer = refs.resolve(self.op.peer)
             calls[Candidate(None)] = functools.partial(peer, *inputs, out=tuple(scratch) if several else scratch[0], **params)
-        return calls
+        extra: dict[Candidate, Callable[[], Any]] = {}
+        for kernel in kernels:
+            launch = launcher(kernel)
+            for i, config in enumerate(self.tune_configs(kernel, kernel_inputs, params)):
+                call = functools.partial(launch, *kernel_inputs, out=kernel_out, **params, **config)
+                (calls if i == 0 else extra)[Candidate(kernel.name, config)] = call
+        return {**calls, **extra}
 
     @staticmethod
     def tune_configs(kernel: Kernel, kernel_inputs: Sequence[Any], params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -298,27 +298,70 @@ class Dispatcher:
 
     # -- the peer ------------------------------------------------------------------------------
     def peer_run(self, plan: Plan) -> Callable[[Sequence[Any]], Any]:
-        """Calls of the peer for inputs of this signature: the peer resolved and the outputs'
-        shapes, dtypes and devices (fixed by the signature) worked out once, not per call."""
+        """Calls of the peer for inputs of this signature. The peer is called as torch code is
+        (``out=None``: it returns its outputs), which costs the caller least; where its outputs
+        are not what the op lays out (a dtype, a shape), or it wants ``out=``, it writes into
+        outputs allocated here, their shapes, dtypes and devices worked out once."""
         if self.op.peer is None:
             raise InputError(f"tkreg.ops.{self.op.name}: {plan.peer_reason}; and op {self.op.name!r} has no peer to fall back to")
         import torch
 
         peer = refs.resolve(self.op.peer)
         params, several, reason = plan.params, self.several, plan.peer_reason
-        allocate = [_allocator(layout) for layout in plan.outputs]
+        layouts = plan.outputs
+        allocate = [_allocator(layout) for layout in layouts]
+        returned = [i for i, o in enumerate(self.op.outputs) if o.returned]
 
-        def run(inputs: Sequence[Any]) -> Any:
+        def failed(e: Exception) -> InputError:
+            return InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}")
+
+        def into_outputs(inputs: Sequence[Any]) -> Any:
             outs = tuple([new() for new in allocate])
             try:
                 peer(*inputs, out=outs if several else outs[0], **params)
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError) as e:  # inputs even the peer cannot take
-                raise InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}") from e
+                raise failed(e) from e
             return outs if several else outs[0]
 
-        return run
+        def functional(inputs: Sequence[Any]) -> Any:
+            return peer(*inputs, out=None, **params)
+
+        def first(inputs: Sequence[Any]) -> Any:
+            """The first call decides which way the peer is called for this signature."""
+            try:
+                got = as_tuple(functional(inputs))
+            except torch.OutOfMemoryError:
+                raise
+            except (RuntimeError, TypeError, ValueError):
+                plan.run = into_outputs
+                return into_outputs(inputs)
+            fits = len(got) in (len(layouts), len(returned)) and all(
+                tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype
+                for t, layout in zip(got, layouts if len(got) == len(layouts) else [layouts[i] for i in returned])
+            )
+            if not fits:
+                plan.run = into_outputs
+                return into_outputs(inputs)
+            if len(got) == len(layouts):
+                plan.run = functional
+                return got if several else got[0]
+
+            def with_internal(inputs: Sequence[Any]) -> Any:
+                # the peer returns what callers get; the kernels' own outputs stay unwritten
+                outs = [new() for new in allocate]
+                for i, t in zip(returned, as_tuple(functional(inputs))):
+                    outs[i] = t
+                return tuple(outs)
+
+            plan.run = with_internal
+            outs = [new() for new in allocate]
+            for i, t in zip(returned, got):
+                outs[i] = t
+            return tuple(outs)
+
+        return first
 
     def warn_peer(self, reason: str, what: str = "calls", stacklevel: int = 4) -> None:
         if self.op.peer is None or reason in self._warned:

@@ -21,7 +21,7 @@ from ..core.platform import driver_version, installed_version
 from ..core.registry import Registry
 from ..core.specs import Kernel, Op
 from . import tuning
-from .forms import Form, OutputLayout
+from .forms import Form, OutputLayout, as_tuple
 from .tuning import PEER, Candidate, Choice, Tuner, TuningCache
 
 MAX_TUNE_CONFIGS = 6  # configs of one kernel timed besides its launcher's own choice
@@ -131,21 +131,40 @@ class Chooser:
         order they are timed: the peer (nothing to compile), each kernel at its launcher's own
         choice, then the configs kernels offer for tuning, so a tuning budget that runs out
         leaves out the least likely first."""
-        scratch = [layout.empty() for layout in layouts]
-        several = len(scratch) > 1
-        kernel_outs = tuple(layout.kernel(o) for layout, o in zip(layouts, scratch))
-        kernel_out = kernel_outs if several else kernel_outs[0]
+        several = len(layouts) > 1
         calls: dict[Candidate, Callable[[], Any]] = {}
         if self.op.peer is not None:
-            peer = refs.resolve(self.op.peer)
-            calls[Candidate(None)] = functools.partial(peer, *inputs, out=tuple(scratch) if several else scratch[0], **params)
+            calls[Candidate(None)] = self._peer_call(inputs, layouts, params)
         extra: dict[Candidate, Callable[[], Any]] = {}
         for kernel in kernels:
             launch = launcher(kernel)
             for i, config in enumerate(self.tune_configs(kernel, kernel_inputs, params)):
-                call = functools.partial(launch, *kernel_inputs, out=kernel_out, **params, **config)
+                call = _KernelCall(launch, kernel_inputs, layouts, several, {**params, **config})
                 (calls if i == 0 else extra)[Candidate(kernel.name, config)] = call
         return {**calls, **extra}
+
+    def _peer_call(self, inputs: Sequence[Any], layouts: Sequence[OutputLayout], params: dict[str, Any]) -> Callable[[], Any]:
+        """The peer as a plan that chose it calls it: as torch code (``out=None``) where its
+        outputs fit the op's layout, else into outputs allocated per call."""
+        peer = refs.resolve(self.op.peer)
+        returned = [layouts[i] for i, o in enumerate(self.op.outputs) if o.returned]
+        try:
+            got = as_tuple(peer(*inputs, out=None, **params))
+            fits = len(got) in (len(layouts), len(returned)) and all(
+                tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype
+                for t, layout in zip(got, layouts if len(got) == len(layouts) else returned)
+            )
+        except (RuntimeError, TypeError, ValueError):
+            fits = False
+        if fits:
+            return functools.partial(peer, *inputs, out=None, **params)
+        several = len(layouts) > 1
+
+        def into_outputs() -> Any:
+            outs = tuple(layout.empty() for layout in layouts)
+            return peer(*inputs, out=outs if several else outs[0], **params)
+
+        return into_outputs
 
     @staticmethod
     def tune_configs(kernel: Kernel, kernel_inputs: Sequence[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,6 +213,20 @@ class Chooser:
     def forget(self) -> None:
         for tuner in self._tuners.values():
             tuner.forget()
+
+
+class _KernelCall:
+    """A kernel as a plan calls it: new outputs each call (viewed as the kernel sees them), so the
+    allocation a caller pays is timed too. Timing writes into these, never the caller's tensors."""
+
+    def __init__(self, launch: Callable[..., Any], kernel_inputs: Sequence[Any], layouts: Sequence[OutputLayout],
+                 several: bool, keywords: dict[str, Any]) -> None:
+        self.launch, self.kernel_inputs, self.layouts = launch, kernel_inputs, layouts
+        self.several, self.keywords = several, keywords
+
+    def __call__(self) -> Any:
+        outs = tuple(layout.kernel(layout.empty()) for layout in self.layouts)
+        return self.launch(*self.kernel_inputs, out=outs if self.several else outs[0], **self.keywords)
 
 
 def cuda_device(tensors: Sequence[Any]) -> int | None:

@@ -100,7 +100,10 @@ def test_matmul_gradients_run_through_registered_kernels(device: str, dtype: Any
         forward, grad_a, grad_b = spy.calls
         assert forward == ((10, 40), (40, 1), (40, 24), (1, 40))  # A's rows merged; B the transposed weight
         assert grad_a == ((10, 24), (24, 1), (24, 40), (40, 1))  # dC times B^T, which is the weight itself
-        assert grad_b[0] == (40, 10) and grad_b[1] == (1, 40)  # A^T: a transposed view, no copy
+        # dW = dC^T A in the weight's own (N, K) layout: dC^T a transposed view, no copy; the
+        # weight's gradient then needs no transposing copy either
+        assert grad_b[0] == (24, 10) and grad_b[1] == (1, 24)
+        assert weight.grad.is_contiguous()
     finally:
         tkreg.ops.uninstall()
 

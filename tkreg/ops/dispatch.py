@@ -46,6 +46,12 @@ TRACEABLE = "tkreg_traceable"  # launcher attribute: see tkreg.ops.traceable
 # Stand-in base addresses for deciding at trace time: aligned far beyond any check, and aligned
 # only to the element size (a real tensor's address is always a multiple of it).
 ALIGNED_BASE = 1 << 20
+# A compiled graph reaches a chosen kernel through an opaque operator, whose call costs the host
+# more than an eager call does (on an H100, a 16-token Llama MLP block compiled ran 2x slower with
+# kernels behind opaque calls than with the peer traced, the kernels having won the eager timing by
+# a few microseconds each). Where the kernel's measured lead over the peer is under 10%, a trace
+# holds the peer's torch operations instead.
+COMPILED_MARGIN = 1.10
 # The keyword a backward formula names to learn which gradients are needed (it may return None
 # for the others): a product's formula then skips the factor nobody asked a gradient of.
 NEEDS_KEYWORD = "needs_input_grad"
@@ -592,15 +598,20 @@ class Dispatcher:
         return traced
 
     def _traced_peer(self, view: KernelView, metas: Sequence[TensorMeta], params: dict[str, Any]) -> Callable[..., Any] | None:
-        """Where this GPU's measured choice for the bucket (aligned inputs) is the peer, the peer
-        itself, traced: the compiler then sees torch's operations (and plans them as it plans the
-        same code written with torch) instead of an opaque call."""
+        """Where this GPU's measured choice for the bucket (aligned inputs) is the peer, or a kernel
+        ahead of it by less than COMPILED_MARGIN, the peer itself, traced: the compiler then sees
+        torch's operations (and plans them as it plans the same code written with torch) instead
+        of an opaque call."""
         device = self.chooser.device(metas)
         if device is None or self.op.peer is None:
             return None
         choice = self.chooser.known([m.at(True) for m in metas], params, device)
-        if choice is None or choice.winner != PEER:
+        if choice is None:
             return None
+        if choice.winner != PEER:
+            peer_us, winner_us = choice.times_us.get(PEER), choice.times_us.get(choice.winner)
+            if not (isinstance(peer_us, float) and isinstance(winner_us, float) and winner_us * COMPILED_MARGIN > peer_us):
+                return None
         peer = refs.resolve(self.op.peer)
         form, several, count = self.form, self.several, len(self.op.outputs)
 

@@ -115,5 +115,12 @@ def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any
         return (matmul(grad, b.transpose(1, 2)) if need_a else None, matmul(a.transpose(1, 2), grad) if need_b else None)
     k, n = b.shape
     grad_a = matmul(grad, b.t()) if need_a else None
-    grad_b = matmul(a.reshape(-1, k).t(), grad.reshape(-1, n)) if need_b else None
-    return grad_a, grad_b
+    if not need_b:
+        return grad_a, None
+    rows_a, rows_grad = a.reshape(-1, k), grad.reshape(-1, n)
+    if b.stride(0) == 1 and b.stride(1) != 1:
+        # B is the transposed view of a row-major (N, K) weight, as in x @ W.t(): compute dW = dC^T A
+        # in W's own layout and hand back its transposed view, so the weight's gradient lands
+        # without a transposing copy (a full strided pass over dW, as long as the product itself).
+        return grad_a, matmul(rows_grad.t(), rows_a).t()
+    return grad_a, matmul(rows_a.t(), rows_grad)

@@ -354,17 +354,23 @@ class Dispatcher:
                 plan.run = functional
                 return got if several else got[0]
 
+            internal = [(i, new) for i, new in enumerate(allocate) if i not in returned]
+
             def with_internal(inputs: Sequence[Any]) -> Any:
-                # the peer returns what callers get; the kernels' own outputs stay unwritten
-                outs = [new() for new in allocate]
+                # the peer returns what callers get; the kernels' own outputs are allocated, unwritten
+                outs: list[Any] = [None] * len(allocate)
                 for i, t in zip(returned, as_tuple(functional(inputs))):
                     outs[i] = t
+                for i, new in internal:
+                    outs[i] = new()
                 return tuple(outs)
 
             plan.run = with_internal
-            outs = [new() for new in allocate]
+            outs = [None] * len(allocate)
             for i, t in zip(returned, got):
                 outs[i] = t
+            for i, new in internal:
+                outs[i] = new()
             return tuple(outs)
 
         return first

@@ -47,6 +47,8 @@ MLP = {"hidden": 4096, "intermediate": 14336}  # Llama-3-8B
 MLP_TOKENS = (16, 4096)
 TRAIN = {"tokens": 2048, "hidden": 4096, "inner": 16384}
 TIMING_BUDGET_S = 20.0
+WORKLOAD_ROUND_MS = 30.0
+WORKLOAD_ROUNDS = 9
 
 
 def measure(deadline: Deadline) -> Measured:
@@ -307,9 +309,11 @@ def graph_replays(registry: Registry, signatures: Sequence[Signature]) -> list[d
 
 # -- 4. and 5. compiled and training use -------------------------------------------------------------------
 def _wall_us(fn: Callable[[], Any]) -> float:
+    """Per call, back to back: rounds of at least WORKLOAD_ROUND_MS (a training step is a few ms:
+    one call per round would leave a median of a handful of samples)."""
     from ..ops.tuning import measure as time_calls
 
-    got = time_calls({"fn": fn}, TIMING_BUDGET_S)["fn"]
+    got = time_calls({"fn": fn}, TIMING_BUDGET_S, round_ms=WORKLOAD_ROUND_MS, rounds=WORKLOAD_ROUNDS)["fn"]
     if not isinstance(got, float):
         raise RuntimeError(str(got))
     return got

@@ -202,10 +202,11 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None) -> dict[str, float | str]:
+def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None, round_ms: float = TARGET_ROUND_MS,
+            rounds: int = ROUNDS) -> dict[str, float | str]:
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
-    stream."""
+    stream. Each round runs a call for about ``round_ms``; the median of ``rounds`` counts."""
     clock = clock or _cuda_clock
     started = time.monotonic()
     times: dict[str, float | str] = {}
@@ -220,12 +221,12 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
         except Exception as e:  # a candidate that fails here is not a candidate
             times[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
-        plans[name] = max(1, min(MAX_CALLS_PER_ROUND, int(TARGET_ROUND_MS / max(single_ms, 1e-4))))
-    rounds: dict[str, list[float]] = {name: [] for name in plans}
-    for _ in range(ROUNDS):
+        plans[name] = max(1, min(MAX_CALLS_PER_ROUND, int(round_ms / max(single_ms, 1e-4))))
+    taken: dict[str, list[float]] = {name: [] for name in plans}
+    for _ in range(rounds):
         for name, n in plans.items():
-            rounds[name].append(clock(calls[name], n) / n * 1e3)
-    times.update({name: statistics.median(values) for name, values in rounds.items()})
+            taken[name].append(clock(calls[name], n) / n * 1e3)
+    times.update({name: statistics.median(values) for name, values in taken.items()})
     return times
 
 

@@ -308,15 +308,17 @@ def graph_replays(registry: Registry, signatures: Sequence[Signature]) -> list[d
 
 
 # -- 4. and 5. compiled and training use -------------------------------------------------------------------
-def _wall_us(fn: Callable[[], Any]) -> float:
-    """Per call, back to back: rounds of at least WORKLOAD_ROUND_MS (a training step is a few ms:
-    one call per round would leave a median of a handful of samples)."""
+def _wall_us(calls: dict[str, Callable[[], Any]]) -> dict[str, float]:
+    """Per call, back to back, the calls' rounds interleaved (a clock change hits them alike);
+    rounds of at least WORKLOAD_ROUND_MS (a training step is a few ms: one call per round would
+    leave a median of a handful of samples)."""
     from ..ops.tuning import measure as time_calls
 
-    got = time_calls({"fn": fn}, TIMING_BUDGET_S, round_ms=WORKLOAD_ROUND_MS, rounds=WORKLOAD_ROUNDS)["fn"]
-    if not isinstance(got, float):
-        raise RuntimeError(str(got))
-    return got
+    got = time_calls(calls, TIMING_BUDGET_S, round_ms=WORKLOAD_ROUND_MS, rounds=WORKLOAD_ROUNDS)
+    bad = {k: v for k, v in got.items() if not isinstance(v, float)}
+    if bad:
+        raise RuntimeError(str(bad))
+    return {k: round(v, 2) for k, v in got.items()}  # type: ignore[misc]
 
 
 def compiled_mlp(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
@@ -352,10 +354,9 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
         theirs = torch.compile(with_torch, fullgraph=True)
         got, want = ours(x, *weights), theirs(x, *weights)
         row["max_abs_diff"] = float((got.float() - want.float()).abs().max())
-        row["tkreg_us"] = round(_wall_us(lambda: ours(x, *weights)), 2)
-        row["torch_compile_us"] = round(_wall_us(lambda: theirs(x, *weights)), 2)
-        row["eager_tkreg_us"] = round(_wall_us(lambda: with_tkreg(x, *weights)), 2)
-        row["eager_torch_us"] = round(_wall_us(lambda: with_torch(x, *weights)), 2)
+        row.update(_wall_us({"tkreg_us": lambda: ours(x, *weights), "torch_compile_us": lambda: theirs(x, *weights),
+                             "eager_tkreg_us": lambda: with_tkreg(x, *weights),
+                             "eager_torch_us": lambda: with_torch(x, *weights)}))  # fmt: skip
         row["ratio"] = round(row["torch_compile_us"] / row["tkreg_us"], 4)
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -388,8 +389,7 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
         step(mm)
         row["grad_max_rel_diff"] = max(float((g.float() - r.float()).abs().max() / r.float().abs().max())
                                        for g, r in zip((w1.grad, w2.grad), grads_torch))  # fmt: skip
-        row["tkreg_us"] = round(_wall_us(lambda: step(mm)), 2)
-        row["torch_us"] = round(_wall_us(lambda: step(lambda a, b: a @ b)), 2)
+        row.update(_wall_us({"tkreg_us": lambda: step(mm), "torch_us": lambda: step(lambda a, b: a @ b)}))
         row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
         h = F.gelu(x @ w1.t()).detach()
         grad_out, grad_h = torch.empty(t, w2.shape[0], device="cuda", dtype=x.dtype), torch.empty_like(h)

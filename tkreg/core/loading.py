@@ -74,7 +74,7 @@ def closest(name: str, known: Iterable[str]) -> str | None:
 
 
 def unknown_names_message(kind: str, unknown: Iterable[str], known: Iterable[str], known_as: str = "known") -> str:
-    """``unknown op 'sum_rwo' (did you mean 'sum_row'?); known ops: add, matmul, sum_row``."""
+    """``unknown op 'nrom' (did you mean 'norm'?); known ops: ...`` for the names given and known."""
     known = sorted(known)
     parts = []
     for name in unknown:

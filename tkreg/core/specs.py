@@ -149,7 +149,7 @@ class Op:
     ``rivals`` maps names to more implementations benchmarks time beside the peer, called the
     same way (torch.compile of the same function, another library); speed-ups stay against the
     peer.
-    tolerance_scale(dims) -> float multiplies the table's atol (e.g. sqrt(K) for a matmul).
+    tolerance_scale(dims) -> float multiplies the table's atol (e.g. sqrt(K) for a dot product of length K).
     bench_dtypes: the dtypes benchmarks cover (default: all of ``dtypes``).
 
     The interface beyond float tensors in and one out:

@@ -162,7 +162,8 @@ class Builder:
         """The main job's run: where it comes from, its ceilings, then per op (and mode) the
         kernels against the peer, a summary line and the plots. The record stays short: a table
         per case only for forward sections of ops without a suite of their own in ``suites``
-        (matmul's is longer); the rest as the summary line. ``full``: a table for every section."""
+        (matmul's is longer) and for every section of ops timed against rivals; the rest as the
+        summary line. ``full``: a table for every section."""
         run = self.run(path)
         document = read_json(path)
         meta = dict(document.get("meta") or {})
@@ -179,7 +180,9 @@ class Builder:
             parts += ["", f"#### {title}"]
             if op in suites:
                 parts += ["", f"Per case: the `{op}` suite's table below."]
-            elif full or (mode == DEFAULT_MODE and not params):
+            elif full or (mode == DEFAULT_MODE and not params) or any(r.is_peer and r.peer_name for r in results):
+                # forward sections, and every section of an op timed against rivals (its goals
+                # are stated against them)
                 parts += ["", record_tables.vs_peer_table(results)]
             summary = record_tables.peer_summary(results)
             if summary:

@@ -38,8 +38,8 @@ def _peer_name(results: Sequence[Result]) -> str:
 
 
 def vs_peer_table(results: Sequence[Result]) -> str:
-    """Per case and dtype: the peer's throughput, and each kernel's (at its launcher's own
-    configuration) with its speed-up over the peer."""
+    """Per case and dtype: the peer's throughput, and each kernel's and rival's (at its launcher's
+    own configuration) with its fraction of the ceiling and its speed-up over the peer."""
     own = [r for r in results if not r.config]
     kernels = sorted({r.kernel for r in own if not _is_plain_peer(r)})
     unit = next((r.unit for r in own if r.unit), "")
@@ -50,16 +50,20 @@ def vs_peer_table(results: Sequence[Result]) -> str:
         cells = []
         for k in kernels:
             r = by_case.get((case, dtype, k))
-            cells.append("-" if r is None or r.throughput is None else f"{r.throughput:.0f} ({_speedup(r, 3)})")
-        rows.append([case, SHORT_NAMES.get(dtype, dtype), _rate(peer), *cells])
-    headers = ["shape", "dtype", f"{_peer_name(own)} {unit}", *(f"{k} {unit} (x peer)" for k in kernels)]
+            shown = "-" if r is None or r.throughput is None else f"{r.throughput:.0f} ({percent(r.fraction)}; {_speedup(r, 2)})"
+            cells.append(shown)
+        rows.append([case, SHORT_NAMES.get(dtype, dtype), _rate(peer, with_fraction=True), *cells])
+    kernel_headers = (f"{k} {unit} (of ceiling; x peer)" for k in kernels)
+    headers = ["shape", "dtype", f"{_peer_name(own)} {unit} (of ceiling)", *kernel_headers]
     return table(headers, rows, [False, False, *[True] * (len(headers) - 2)])
 
 
 def best_table(results: Sequence[Result]) -> str:
-    """Per case and dtype: the fastest kernel at its launcher's own configuration, against the peer."""
+    """Per case and dtype: the fastest kernel at its launcher's own configuration, against the peer
+    and against each rival timed in the same run (torch.compile, another library)."""
     own = [r for r in results if not r.config]
     unit = next((r.unit for r in own if r.unit), "")
+    rivals = sorted({r.kernel for r in own if r.is_peer and not _is_plain_peer(r)})
     rows = []
     for case, dtype in _cases(own):
         group = [r for r in own if (r.case, r.dtype) == (case, dtype)]
@@ -69,9 +73,14 @@ def best_table(results: Sequence[Result]) -> str:
             continue
         best = max(kernels, key=lambda r: r.throughput or 0.0)
         short = SHORT_NAMES.get(dtype, dtype)
-        rows.append([case, short, _rate(peer), best.kernel, _rate(best), percent(best.fraction), _speedup(best, 2)])
-    headers = ["shape", "dtype", f"{_peer_name(own)} {unit}", "best kernel", unit, "of ceiling", "vs peer"]
-    return table(headers, rows, [False, False, True, False, True, True, True])
+        against = []
+        for rival in rivals:
+            other = next((r for r in group if r.kernel == rival), None)
+            against.append("-" if other is None else f"{other.median_ms / best.median_ms:.2f}x")
+        rows.append([case, short, _rate(peer), best.kernel, _rate(best), percent(best.fraction), _speedup(best, 2), *against])
+    headers = ["shape", "dtype", f"{_peer_name(own)} {unit}", "best kernel", unit, "of ceiling", "vs peer",
+               *(f"vs {r.removeprefix(PEER_PREFIX)}" for r in rivals)]  # fmt: skip
+    return table(headers, rows, [False, False, True, False, True, True, True, *(True for _ in rivals)])
 
 
 def peer_summary(results: Sequence[Result]) -> str:
@@ -95,8 +104,10 @@ def ceilings_line(results: Sequence[Result]) -> str:
     return "Ceilings measured in the same run: " + ", ".join(parts) + "."
 
 
-def _rate(r: Result | None) -> str:
-    return "-" if r is None or r.throughput is None else f"{r.throughput:.0f}"
+def _rate(r: Result | None, with_fraction: bool = False) -> str:
+    if r is None or r.throughput is None:
+        return "-"
+    return f"{r.throughput:.0f} ({percent(r.fraction)})" if with_fraction and r.fraction is not None else f"{r.throughput:.0f}"
 
 
 def _speedup(r: Result, digits: int) -> str:
@@ -340,7 +351,57 @@ def ranking_table(document: Mapping[str, Any]) -> str:
     return table(headers, body, [False, False, True, False, True])
 
 
+def dispatch_table(document: Mapping[str, Any]) -> str:
+    """The dispatch suite: tkreg.ops' choice on shapes nobody chose (per op), a cold process with a
+    warm cache, CUDA graphs, compiled and training use."""
+    rows = list(document.get("rows") or [])
+    summary = document.get("summary") or {}
+    picks = [r for r in rows if r.get("check") == "pick" and _is_number(r.get("ratio"))]
+    body = []
+    for op in sorted({r["op"] for r in picks}):
+        mine = [r for r in picks if r["op"] == op]
+        choices = [r["choice_ratio"] for r in mine if _is_number(r.get("choice_ratio"))]
+        body.append([op, str(len(mine)), f"{sum(1 for r in mine if r.get('choice_pass'))}",
+                     f"{min(choices):.2f}" if choices else "-", f"{sum(1 for r in mine if r.get('pass'))}",
+                     f"{geomean(r['ratio'] for r in mine):.2f}"])  # fmt: skip
+    parts = [
+        f"Random shapes (seed {summary.get('seed', '?')}): the candidate tkreg.ops chose was within 5% of the fastest "
+        f"on {summary.get('choices_within', '?')} of {summary.get('picks', '?')}; tkreg.ops end to end (its dispatch "
+        f"included) on {summary.get('picks_within', '?')} (geomean {summary.get('pick_geomean', '?')} of the fastest).",
+        "",
+        table(["op", "shapes", "choice within 5%", "worst choice", "tkreg.ops within 5%", "tkreg.ops / fastest (geomean)"],
+              body, [False, True, True, True, True, True]),
+    ]  # fmt: skip
+    cold = [r for r in rows if r.get("check") == "cold" and _is_number(r.get("first_us"))]
+    if cold:
+        ratios = sorted(r["first_us"] / r["warm_us"] for r in cold if r.get("warm_us"))
+        timed = sum(r.get("timing_calls", 0) for r in cold)
+        parts += ["", f"A cold process with the warm cache: {timed} timing calls over {len(cold)} shapes; its first call of "
+                  f"a shape took {ratios[len(ratios) // 2]:.0f}x a warm call (median; {ratios[0]:.0f}x to {ratios[-1]:.0f}x): "
+                  "the plan and, for an op's first shape, loading its kernel."]  # fmt: skip
+    graphs = [r for r in rows if r.get("check") == "graph"]
+    if graphs:
+        same = [r["op"] for r in graphs if r.get("same_bits")]
+        parts += ["", f"CUDA graphs: a tuned call captured and replayed gave the eager call's bits for "
+                  f"{', '.join(same) or 'none'} ({len(same)} of {len(graphs)} ops)."]  # fmt: skip
+    work = []
+    for r in rows:
+        if r.get("check") == "compiled_mlp" and _is_number(r.get("ratio")):
+            work.append([f"Llama MLP block, {r['tokens']} tokens, torch.compile", _us(r.get("tkreg_us")),
+                         _us(r.get("torch_compile_us")), f"{r['ratio']:.3f}"])  # fmt: skip
+            work.append([f"Llama MLP block, {r['tokens']} tokens, eager", _us(r.get("eager_tkreg_us")),
+                         _us(r.get("eager_torch_us")), f"{r['eager_torch_us'] / r['eager_tkreg_us']:.3f}"])  # fmt: skip
+        if r.get("check") == "training" and _is_number(r.get("ratio")):
+            work.append([f"2-layer MLP training step, {r['tokens']} tokens", _us(r.get("tkreg_us")), _us(r.get("torch_us")),
+                         f"{r['ratio']:.3f}"])  # fmt: skip
+    if work:
+        parts += ["", table(["workload (bf16)", "through tkreg.ops (us)", "torch (us)", "torch / tkreg"], work,
+                            [False, True, True, True])]  # fmt: skip
+    return "\n".join(parts)
+
+
 SUITE_TABLES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "dispatch": dispatch_table,
     "timer": timer_table,
     "host": host_table,
     "matmul": matmul_table,

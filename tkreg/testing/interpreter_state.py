@@ -2,7 +2,7 @@
 
 triton 3.6's interpreter swaps parts of ``triton.language`` for its own functions while a kernel
 runs. The swaps made for a jitted helper the kernel calls (``InterpretedFunction.__call__``) are
-never undone: after interpreted runs of add_triton, sum_row and matmul_triton,
+never undone: after interpreted runs of the built-in add, row-sum and matmul kernels,
 ``triton.language.core.arange``, ``full`` and ``program_id`` stay patched (checked 2026-11-22). A
 Gluon or Triton compile later in the same process then meets interpreter functions; in CI that
 broke the scheduler trace-probe compiles on one pytest-xdist worker. The pytest plugin wraps every

@@ -47,7 +47,7 @@ KIND_ORDER = {"correctness": 0, "compile": 1, "peer": 2, "bench": 2}  # benchmar
 
 class OpGroup(pytest.Collector):
     """The parent of one op's generated items, with node id ``tkreg/<op>`` so that item ids read
-    like ``tkreg/sum_row::sum_row_blocked[bf16-4097x33-BLOCK_M=4]``."""
+    like ``tkreg/<op>::<kernel>[bf16-4097x33-BLOCK_M=4]``."""
 
     def __init__(self, *, group: str, **kwargs: Any) -> None:
         super().__init__(nodeid=group, **kwargs)

@@ -32,11 +32,12 @@ from typing import Any
 
 from ..core import refs
 from ..core.errors import InputError
+from ..core.refs import keywords_of
 from ..core.registry import Ranking, Registry
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Kernel, Op
 from .choosing import Chooser, Decision
-from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major, keywords_of
+from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
 from .tuning import PEER
 
 log = logging.getLogger("tkreg.ops")

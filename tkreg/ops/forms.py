@@ -28,7 +28,6 @@ duck-typed tensors; output layouts import torch when first used.
 from __future__ import annotations
 
 import functools
-import inspect
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import refs
+from ..core.refs import accepted
 from ..core.specs import Op
 from ..launch.inputs import is_tensor
 
@@ -67,24 +67,6 @@ def _layout_word(tensors: Sequence[Any]) -> str:
 def _joined(names: Sequence[str]) -> str:
     """"a", "a and b", "a, b and c"."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def keywords_of(fn: Any) -> frozenset[str] | None:
-    """The keyword names ``fn`` takes (None: any, it has ``**kwargs``)."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return frozenset()
-    if any(p.kind == p.VAR_KEYWORD for p in parameters):
-        return None
-    return frozenset(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-
-
-def accepted(fn: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """The params ``fn`` names (all of them when it takes ``**kwargs``): output allocators need
-    not take every parameter of their op."""
-    names = keywords_of(fn)
-    return dict(params) if names is None else {k: v for k, v in params.items() if k in names}
 
 
 def as_tuple(value: Any) -> tuple[Any, ...]:

@@ -9,8 +9,6 @@ comparison run where the inputs live; a launch that does not finish by its deadl
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 from ..core import dtypes, refs
 from ..core.errors import InputError
 from ..core.interface import Writes
+from ..core.refs import accepted
 from ..core.registry import Registry, input_constraint_reasons
 from ..core.specs import Case, Kernel, Op
 from .checking import Comparison, Snapshot, compare, compare_exact
@@ -80,25 +79,6 @@ def make_inputs(op: Op, case: Case, dtype: str, seed: int, device: str, params: 
     generator.manual_seed(seed)
     factory = refs.resolve(op.make_inputs)
     return tuple(factory(case, dtypes.torch_dtype(dtype), generator, device, **accepted(factory, params or {})))
-
-
-@functools.lru_cache(maxsize=256)
-def _keywords(fn: Any) -> frozenset[str] | None:
-    """The keyword names ``fn`` takes (None: any, it has **kwargs)."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return frozenset()
-    if any(p.kind == p.VAR_KEYWORD for p in parameters):
-        return None
-    return frozenset(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-
-
-def accepted(fn: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """The params ``fn`` names (all of them when it takes **kwargs): input factories and output
-    allocators need not take every parameter of their op."""
-    names = _keywords(fn)
-    return dict(params) if names is None else {k: v for k, v in params.items() if k in names}
 
 
 def as_tuple(value: Any) -> tuple[Any, ...]:

@@ -25,7 +25,8 @@ def xent(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.P
 
 
 def run(pytester: pytest.Pytester, kernels: str, *extra: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("--tkreg", f"--tkreg-kernel={kernels}", "-m", "tkreg_correctness", "-v", *extra)
+    # -rN: no short summary, which under CI=true repeats each failure's whole message (counted below)
+    return pytester.runpytest_subprocess("--tkreg", f"--tkreg-kernel={kernels}", "-m", "tkreg_correctness", "-v", "-rN", *extra)
 
 
 def test_every_interpreted_item_of_an_op_with_integer_inputs_parameters_and_two_outputs_passes(xent: pytest.Pytester) -> None:

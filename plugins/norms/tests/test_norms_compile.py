@@ -1,7 +1,8 @@
 """The kernels compile for sm_90a (no GPU needed) with the code their plans rely on: 16-byte
 global loads (and stores, forward), no register spills, and the fused backward's row loop
 pipelined with 16-byte cp.async copies, within the registers per thread the backward's program
-count assumes (plans.BWD_REGISTERS_PER_THREAD)."""
+count assumes (plans.BWD_REGISTERS_PER_THREAD) and the shared memory of every GPU the kernels
+admit (their pipeline stages are sized for the H100's; sm_86 and sm_89 give a block 99 KB)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from tkreg_norms import plans, plugin
 
 from tkreg.launch.aot import check_code
 from tkreg.testing.aot_worker import compile_installed
+
+SMALLEST_SHARED_PER_BLOCK = 99 * 1024  # sm_86 / sm_89, the smallest of min_capability 8.0's GPUs
 
 ITEMS = [
     (kernel, config, dtype)
@@ -40,3 +43,4 @@ def test_compiles_for_sm_90a_with_the_code_the_plan_relies_on(kernel: Any, confi
         registers = int(re.search(r"REG:(\d+)", code.resources).group(1))  # type: ignore[union-attr]
         assert registers <= plans.BWD_REGISTERS_PER_THREAD, code.resources
         assert re.search(r"LDGSTS\.E(\.\w+)*\.128", code.sass), "the row loop is not pipelined"
+        assert 0 < code.shared <= SMALLEST_SHARED_PER_BLOCK, code.shared

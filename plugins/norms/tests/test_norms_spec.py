@@ -142,10 +142,13 @@ def test_forward_plans_by_row_width() -> None:
 
 def test_backward_plans_by_row_width() -> None:
     bwd = plans.backward_plan
-    assert bwd(7, 2) == plans.Plan(False, 8, 64, 1)
-    assert bwd(100, 2) == plans.Plan(False, 128, 32, 8)
-    assert bwd(4096, 2) == plans.Plan(False, 4096, 1, 8)
-    assert bwd(8192, 4) == plans.Plan(False, 8192, 1, 16)
+    # 16-bit rows pipeline 3 deep, 4 where padded to their power of two; fp32 rows 2
+    assert bwd(7, 2) == plans.Plan(False, 8, 64, 1, 4)
+    assert bwd(100, 2) == plans.Plan(False, 128, 32, 8, 4)
+    assert bwd(4096, 2) == plans.Plan(False, 4096, 1, 8, 3)
+    assert bwd(5120, 2) == plans.Plan(False, 8192, 1, 16, 4)
+    assert bwd(5120, 4) == plans.Plan(False, 8192, 1, 16, 2)
+    assert bwd(8192, 4) == plans.Plan(False, 8192, 1, 16, 2)
     assert bwd(8193, 4) == plans.Plan(True, 4096, 1, 16)
     assert bwd(8193, 2) == plans.Plan(True, 8192, 1, 16)
     assert plans.programs_per_sm(8) == 2 and plans.programs_per_sm(16) == 1

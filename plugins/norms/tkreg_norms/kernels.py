@@ -130,7 +130,7 @@ def norm_bwd_fused(
 ):
     """Rows [pid * rows_per_program, ...) in steps of ROWS. DW/DB get this program's sums as row
     ``pid`` of an fp32 (programs, N) partial buffer, or are the gradients themselves when one
-    program takes every row. With NUM_STAGES = 2 triton pipelines the row loop: the next rows'
+    program takes every row. With NUM_STAGES >= 2 triton pipelines the row loop: the next rows'
     x and dy are copied to shared memory (16-byte cp.async) while this step computes, so a
     program always has loads in flight, and x and dy wait there instead of in registers."""
     pid = tl.program_id(0)

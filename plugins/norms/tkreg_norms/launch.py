@@ -212,7 +212,7 @@ def _backward(layer: bool, x: Any, w: Any, b: Any, mean: Any, rstd: Any, dy: Any
         main = _launcher(kernels.norm_bwd_looped, plan.num_warps, LAYER=layer, BLOCK_N=plan.block_n)
     else:
         main = _launcher(kernels.norm_bwd_fused, plan.num_warps, LAYER=layer, ROWS=plan.rows, BLOCK_N=plan.block_n,
-                         NUM_STAGES=plans.BWD_STAGES)
+                         NUM_STAGES=plan.stages)
     head = (x, w, dy, mean, rstd, dx)
     tail = (m, n, per_program, x.stride(0), dy.stride(0), dx.stride(0))
     if count == 1 and not plan.looped:
@@ -301,7 +301,7 @@ def _aot_backward(layer: bool, dtype: str, config: dict[str, Any]) -> AotSpec:
         constexprs = {"LAYER": layer, "BLOCK_N": plan.block_n}
     else:
         fn = kernels.norm_bwd_fused
-        constexprs = {"LAYER": layer, "ROWS": plan.rows, "BLOCK_N": plan.block_n, "NUM_STAGES": plans.BWD_STAGES}
+        constexprs = {"LAYER": layer, "ROWS": plan.rows, "BLOCK_N": plan.block_n, "NUM_STAGES": plan.stages}
     signature |= dict.fromkeys(constexprs, "constexpr")
     return AotSpec(fn=fn, signature=signature, constexprs=constexprs, options={"num_warps": plan.num_warps},
                    aligned=_aligned(signature))

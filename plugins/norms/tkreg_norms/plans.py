@@ -13,7 +13,8 @@ SMs hold at once (:func:`row_programs`), each holding the weight and its partial
 in registers:
 - rows up to FUSED_BWD_MAX_N: the fused kernel, ROWS rows per step so a step covers at least
   BWD_TILE_ELEMENTS (one row from 4096 elements), BWD_ELEMENTS_PER_THREAD fp32 values per thread
-  and tensor (8 warps at 4096 columns, 16 at 8192), the row loop pipelined BWD_STAGES deep;
+  and tensor (8 warps at 4096 columns, 16 at 8192), the row loop pipelined
+  (:func:`backward_stages` deep);
 - longer rows: the looped kernel (chunks as in the forward), its partial sums in global memory.
 The backward keeps x, dy, w and the partial sum per element: four fp32 tensors in registers where
 the forward keeps two, hence its lower fused limit. The programs' partial sums are added by
@@ -48,7 +49,15 @@ BWD_ELEMENTS_PER_THREAD = 16
 # two programs of 8 warps or one of 16.
 REGISTERS_PER_SM = 65536
 BWD_REGISTERS_PER_THREAD = 128
-BWD_STAGES = 2  # pipeline depth of the fused backward's row loop (kernels.norm_bwd_fused)
+# Pipeline depth of the fused backward's row loop (kernels.norm_bwd_fused): the rows being copied
+# to shared memory while one computes are the loads in flight, and registers, not shared memory,
+# bound the rows per step. A 16-bit step carries half the bytes of an fp32 one, and a row padded
+# to its power of two fewer still, so those pipeline deeper (H100, 2026-11-25, 16-bit rows at
+# 4096-8192 columns: 2 stages 67-85% of the copy ceiling, 3 stages 75-93%; padded rows of 5120:
+# 53-67% at 2, 73-88% at 3, 76-91% at 4; fp32 within 3% at 2, 3 or 4 stages).
+BWD_STAGES = 2
+BWD_STAGES_16BIT = 3
+BWD_STAGES_PADDED_16BIT = 4
 # Under the interpreter (no SMs): a few programs, so the partial sums and their second pass run.
 INTERPRETER_PROGRAMS = 4
 # sum_partials: columns per program chosen so about SUM_PROGRAMS_PER_SM programs per SM share the
@@ -66,12 +75,13 @@ WARP_CHOICES = (1, 2, 4, 8, 16, 32)
 @dataclass(frozen=True)
 class Plan:
     """One launch shape: the looped or the fused kernel, its row block (BLOCK_N), rows per
-    program (forward) or per step (backward), and warps."""
+    program (forward) or per step (backward), warps, and the fused backward's pipeline depth."""
 
     looped: bool
     block_n: int
     rows: int
     num_warps: int
+    stages: int = 1
 
 
 def next_power_of_2(n: int) -> int:
@@ -119,9 +129,16 @@ def backward_plan(n: int, itemsize: int, block: int | None = None, rows: int | N
         rows = rows or _clamp(BWD_TILE_ELEMENTS // width, 1, MAX_ROWS)
         threads = rows * width // BWD_ELEMENTS_PER_THREAD
         warps = num_warps or _clamp(next_power_of_2(max(1, threads // 32)), 1, MAX_WARPS)
-        return Plan(False, width, rows, warps)
+        return Plan(False, width, rows, warps, backward_stages(n, width, itemsize))
     chunk = block or LOOP_CHUNK_BYTES // itemsize
     return Plan(True, chunk, 1, num_warps or LOOP_WARPS)
+
+
+def backward_stages(n: int, block_n: int, itemsize: int) -> int:
+    """The fused backward's pipeline depth for rows of ``n`` elements held in ``block_n``."""
+    if itemsize >= 4:
+        return BWD_STAGES
+    return BWD_STAGES_16BIT if n == block_n else BWD_STAGES_PADDED_16BIT
 
 
 def programs_per_sm(num_warps: int) -> int:

@@ -50,7 +50,7 @@ def test_help_and_list_work_without_a_gpu() -> None:
 
 def test_bad_arguments_are_named_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run(args("timer", "nope"), "tkreg bench", ["timer", "nope"]) == 2
-    assert "unknown suite 'nope' (known: main, timer, host, matmul, dispatch, ranking)" in capsys.readouterr().err
+    assert "unknown suite 'nope' (known: main, timer, host, linear, dispatch, ranking)" in capsys.readouterr().err
     assert cli.run(args("--limit", "timer=soon"), "tkreg bench", []) == 2
     assert "'soon' is not a number" in capsys.readouterr().err
     assert cli.run(args("--limit", "warp=5"), "tkreg bench", []) == 2
@@ -66,7 +66,7 @@ def test_limits_default_per_suite_and_take_overrides() -> None:
 
 
 def test_suites_run_in_the_order_named_once_each() -> None:
-    assert [s.name for s in by_name([])] == ["main", "timer", "host", "matmul", "dispatch", "ranking"]
+    assert [s.name for s in by_name([])] == ["main", "timer", "host", "linear", "dispatch", "ranking"]
     assert [s.name for s in by_name(["ranking", "timer", "ranking"])] == ["ranking", "timer"]
 
 
@@ -76,7 +76,7 @@ def test_each_suite_writes_one_file_named_by_date_gpu_and_suite(tmp_path: Path) 
         "2026-11-23-h100-80gb-hbm3-main.json.gz",
         "2026-11-23-h100-80gb-hbm3-timer.json",
         "2026-11-23-h100-80gb-hbm3-host.json",
-        "2026-11-23-h100-80gb-hbm3-matmul.json",
+        "2026-11-23-h100-80gb-hbm3-linear.json",
         "2026-11-23-h100-80gb-hbm3-dispatch.json",
         "2026-11-23-h100-80gb-hbm3-ranking.json",
     ]

@@ -86,3 +86,39 @@ def test_the_suite_splits_the_trace_at_each_flush_and_sums_each_calls_kernels() 
     assert reading.per_call_ms == pytest.approx([0.007, 0.006])  # memset + gemm durations
     assert reading.span_ms == pytest.approx([0.009, 0.009])  # first start to last end, the gap included
     assert timer.read_trace(Profile(events), reps=3).per_call_ms == []  # fewer calls than repetitions: no figure
+
+
+def test_the_workloads_are_the_cases_each_op_puts_in_its_timer_set() -> None:
+    """No op is named in the suites: the timer, ranking and linear suites read what plugins declare."""
+    from tkreg import Op, case, default_registry
+    from tkreg.bench import linear, ranking
+    from tkreg.core.registry import PluginInfo, Registry
+    from tkreg.core.tolerances import EXACT
+
+    def op(name: str, cases: tuple[Any, ...], contract: Any = None) -> Op:
+        extra = {"contract": contract} if contract is not None else {}
+        return Op(name=name, reference=lambda *a: a[0], make_inputs=lambda *a: (), make_output=lambda *a: None,
+                  cases=cases, dtypes=("float32", "bfloat16"), bench_dtypes=("bfloat16", "float32"),
+                  tolerances={"float32": EXACT["float32"], "bfloat16": EXACT["bfloat16"]}, cost=lambda *a: None, **extra)
+
+    registry, toys = Registry(), PluginInfo("toys")
+    registry.add(op("toy", (case(M=8, N=8), case(M=4096, N=4096, sets=("bench", "timer")),
+                               case(M=64, N=64, sets=("ranking",), variant="strided"))), toys)
+    registry.add(op("toy_linear", (case(M=2, N=4, K=8),
+                                      case(M=16, N=32, K=64, sets=("bench",), variant="weight"),
+                                      case(M=16, N=32, K=64, sets=("bench",))), tkreg_linear()), toys)
+    assert [s.label for s in timer.signatures(registry)] == [timer.Signature.of("toy", {"M": 4096, "N": 4096}, "bfloat16").label]
+    ranked = {(s.op, tuple(v for _, v in s.dims), s.variant) for s in ranking.signatures(registry)}
+    assert ("toy", (64, 64), "strided") in ranked and ("toy", (8, 8), "") not in ranked
+    assert ("toy_linear", (16, 32, 64), "") in ranked and ("toy_linear", (16, 32, 64), "weight") not in ranked
+    covered = {(s.op, tuple(v for _, v in s.dims), s.variant) for s in linear.signatures(registry)}
+    assert {o for o, _, _ in covered} == {"toy_linear"}
+    assert {("toy_linear", (64, 32, 64), "weight"), ("toy_linear", (64, 32, 64), "")} <= covered  # M = 64 in both layouts
+    installed = default_registry()  # the built-in plugins declare theirs
+    assert {s.op for s in timer.signatures(installed)} >= {"add", "sum_row", "matmul"}
+
+
+def tkreg_linear() -> Any:
+    import tkreg
+
+    return tkreg.contracts.linear()

@@ -16,7 +16,7 @@ import pytest
 
 from tkreg.report import records
 from tkreg.report.record import build, parse, prune_plots
-from tkreg.report.record_tables import cell, host_table, matmul_table, ranking_table, timer_table
+from tkreg.report.record_tables import cell, host_table, linear_table, ranking_table, timer_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data"
@@ -80,9 +80,9 @@ def test_an_op_with_a_suite_of_its_own_is_a_summary_in_the_main_section(tmp_path
     template.write_text("{{ per-gpu }}\n{{ suite main }}\n{{ end }}\n")
     alone, _ = build(template, tmp_path / "R.md", None, data_dir=data)
     assert re.search(r"\| 8192x8192x4096 \| bf16 \| 662 \(\d+%\) \| 755 \(\d+%; 1\.14x\) \|", alone)
-    shutil.copy(DATA / "2026-11-23-h100-80gb-hbm3-matmul.json.gz", data)
+    shutil.copy(DATA / "2026-11-23-h100-80gb-hbm3-linear.json.gz", data)
     beside, _ = build(template, tmp_path / "R.md", None, data_dir=data)
-    assert "| 8192x8192x4096 | bf16 |" not in beside and "Per case: the `matmul` suite's table below." in beside
+    assert "| 8192x8192x4096 | bf16 |" not in beside and "Per case: the `linear` suite's table below." in beside
     assert "Over the peer, geometric mean: matmul_hopper_ws 0.999x (lowest 0.82x, 40 cases)" in beside
     assert "| 32768x32768 | fp32 | 3053 (" in beside  # the other ops keep their tables
 
@@ -185,9 +185,9 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "| add | tkreg.ops.add | 256x256 fp32 | 20.0 | 19.5 | 2.50x |" in host_table(host)
     figures = [("bfloat16", "cuBLAS", 27.0, 1.0, True), ("bfloat16", "tkreg.ops", 24.5, 0.9, True),
                ("float16", "cuBLAS", 27.0, 1.0, True), ("float16", "tkreg.ops", 33.0, 1.25, False)]  # fmt: skip
-    matmul = {"rows": [{"M": 16, "N": 4096, "K": 4096, "layout": "nk", "dtype": d, "impl": impl, "ms": 0.01, "tflops": t,
-                        "vs_cublas": v, "ok": ok} for d, impl, t, v, ok in figures]}  # fmt: skip
-    text = matmul_table(matmul)
+    linear = {"rows": [{"op": "mm", "M": 16, "N": 4096, "K": 4096, "layout": "nk", "dtype": d, "impl": impl, "ms": 0.01,
+                        "tflops": t, "vs_cublas": v, "ok": ok} for d, impl, t, v, ok in figures]}  # fmt: skip
+    text = linear_table(linear)
     assert "| 16x4096x4096 | nk | 27 / 27 | 0.90 / 1.25! |" in text
     assert "- tkreg.ops: geometric mean bf16 0.900x (lowest 0.90x, 1 cases); fp16 1.250x" in text
     ranking = {"rows": [{"op": "add", "impl": impl, "dtype": "float32", "dims": {"M": m, "N": m}, "layout": "contiguous",
@@ -196,9 +196,9 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "| add | fp32 | 2 | add_tma 1, peer 1 | 1.02x |" in ranking_table(ranking)  # sqrt(10/8 * 50/60)
 
 
-def test_the_older_matmul_format_shows_each_launchers_pick() -> None:
-    document = records.load(DATA / "2026-11-23-h100-80gb-hbm3-matmul.json.gz")
-    text = matmul_table(document)
+def test_an_older_run_shows_each_launchers_pick_without_its_configuration_sweep() -> None:
+    document = records.load(DATA / "2026-11-23-h100-80gb-hbm3-linear.json.gz")
+    text = linear_table(document)
     assert "matmul_hopper_ws x cuBLAS (bf16/fp16)" in text and "| 3000x5000x2000 | kn |" in text
     assert "- matmul_hopper_ws: geometric mean bf16 1.000x" in text
 
@@ -213,7 +213,7 @@ def test_the_stored_data_follows_the_naming_scheme() -> None:
     names = [p.name for p in DATA.iterdir()]
     assert names and all(records.DataFile.parse(n) is not None for n in names), names
     suites = {records.DataFile.parse(n).suite for n in names}
-    assert suites >= {"main", "timer", "host", "matmul", "ranking"}
+    assert suites >= {"main", "timer", "host", "linear", "ranking"}
 
 
 def test_a_copy_of_the_data_builds_the_same_record(tmp_path: Path) -> None:

@@ -3,8 +3,9 @@
 (BENCHMARKS.md, built by ``python -m tkreg.report.record``) is made from.
 
 Suites (tkreg.bench.suites): ``main`` (the main job's benchmark items), ``timer`` (the device
-timer against CUPTI and do_bench), ``host`` (host time per call), ``matmul`` (model shapes against
-cuBLAS) and ``ranking`` (the wall-time ranking data of tkreg.ops). docs/benchmarks.md describes
+timer against CUPTI and do_bench), ``host`` (host time per call), ``linear`` (ops with a linear
+contract on model shapes against their peer), ``dispatch`` (tkreg.ops' choices, compiled and
+training use) and ``ranking`` (the wall-time ranking data of tkreg.ops). docs/benchmarks.md describes
 each. Importing this package imports neither torch nor triton.
 """
 

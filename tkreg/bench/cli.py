@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", action="append", default=[], metavar="SUITE=S",
                         help="a suite's own time limit in seconds; repeatable (default: each suite's, see --list)")  # fmt: skip
     parser.add_argument("--pytest-args", default="", metavar="ARGS",
-                        help="more arguments for the main suite's pytest, e.g. '--tkreg-op=add,sum_row' "
+                        help="more arguments for the main suite's pytest, e.g. '--tkreg-op=<op>,<op>' "
                         "(default: none)")  # fmt: skip
     parser.add_argument("--no-warm", action="store_true",
                         help="skip compiling ahead; each suite compiles what it runs (default: compile ahead)")  # fmt: skip

@@ -376,9 +376,9 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
     w1 = (torch.randn(inner, h, device="cuda", dtype=torch.bfloat16) / math.sqrt(h)).requires_grad_()
     w2 = (torch.randn(h, inner, device="cuda", dtype=torch.bfloat16) / math.sqrt(inner)).requires_grad_()
 
-    def step(matmul: Callable[[Any, Any], Any]) -> None:
+    def step(linear: Callable[[Any, Any], Any]) -> None:
         w1.grad = w2.grad = None
-        out = matmul(F.gelu(matmul(x, w1.t())), w2.t())
+        out = linear(F.gelu(linear(x, w1.t())), w2.t())
         out.float().pow(2).mean().backward()
 
     row: dict[str, Any] = {"check": "training", "op": op, "tokens": t, "hidden": h, "inner": inner}

@@ -39,7 +39,7 @@ def plugin_installed() -> bool:
 
 def pytest_command(json_path: Path, *, installed: bool, extra: str = "") -> list[str]:
     """The pytest command line; ``extra``: more pytest arguments, as a shell would split them
-    (``--tkreg-op=add,sum_row`` to time fewer ops)."""
+    (``--tkreg-op=<op>,...`` to time fewer ops)."""
     argv = [sys.executable, "-m", "pytest", "--tkreg", "--tkreg-bench", "-m", "tkreg_bench", "-p", "no:cacheprovider",
             "-q", "-rfE", f"--benchmark-json={json_path}", *shlex.split(extra)]  # fmt: skip
     return argv if installed else [*argv, "-p", PLUGIN]

@@ -2,9 +2,9 @@
 this GPU: per input signature, every registered kernel that takes the inputs and the op's peer.
 
 Signatures: every op's benchmark cases (no layout variant) in its benchmark dtypes, plus the
-shapes between and below them that calls from a model meet (EXTRA_SHAPES; for matmul also with B
-the transposed view of an (N, K) weight, as F.linear passes it). Each call allocates its output,
-as a user's call does. Per candidate:
+cases it puts in the "ranking" set (in their layouts): the shapes between and below the benchmarks
+that calls from a model meet. Each call allocates its output, as a user's call does. Per
+candidate:
 
 - ``wall_us``: triton.testing.do_bench's median, L2 flushed, launcher included;
 - ``device_us``: tkreg.testing.timing.DeviceTimer.queue (L2 flushed, CUPTI's span of the call),
@@ -29,13 +29,6 @@ from .calls import Signature, kernel_calls, launcher_call, make_inputs, say
 from .suites import Deadline, Measured
 
 KIND = "ops_ranking"  # tkreg.ops.walltime.KIND
-EXTRA_SHAPES: dict[str, list[dict[str, int]]] = {
-    "sum_row": [{"M": 100000, "N": 300}, {"M": 1, "N": 65536}, {"M": 32, "N": 1048576}, {"M": 2048, "N": 2048},
-                {"M": 256, "N": 256}],
-    "add": [{"M": 1024, "N": 1024}, {"M": 4096, "N": 4096}, {"M": 256, "N": 256}],
-    "matmul": [{"M": 128, "N": 4096, "K": 4096}, {"M": 1000, "N": 1000, "K": 1000}, {"M": 256, "N": 256, "K": 256}],
-}  # fmt: skip
-WEIGHT_LAYOUT_OPS = {"matmul": "weight"}  # op -> its variant for B = W.t(): the extra shapes run in it too
 DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS = 5, 25
 DEVICE_REPS = 10
 HOST_CALLS = 20
@@ -47,12 +40,9 @@ def signatures(registry: Registry) -> list[Signature]:
     """Every covered signature, benchmark cases first, per op."""
     found: list[Signature] = []
     for op in registry.ops():
-        shapes = [dict(c.dims) for c in op.cases_in("bench") if not c.variant]
-        shapes += [s for s in EXTRA_SHAPES.get(op.name, []) if s not in shapes]
-        found += [Signature.of(op.name, dims, dtype) for dims in shapes for dtype in op.bench_dtypes]
-        variant = WEIGHT_LAYOUT_OPS.get(op.name)
-        if variant:
-            found += [Signature.of(op.name, dims, dtype, variant) for dims in EXTRA_SHAPES[op.name] for dtype in op.bench_dtypes]
+        cases = [c for c in op.cases_in("bench") if not c.variant]
+        cases += [c for c in op.cases_in("ranking") if c not in cases]
+        found += [Signature.of(op.name, c.dims, dtype, c.variant) for c in cases for dtype in op.bench_dtypes_of(c)]
     return found
 
 

@@ -66,11 +66,11 @@ SUITES: tuple[Suite, ...] = (
     Suite("main", "the main job's benchmark items: pytest --tkreg --tkreg-bench -m tkreg_bench (pytest-benchmark JSON)",
           "tkreg.bench.main_run:measure", 300.0, gz=True, warm="tkreg.bench.main_run:signatures"),
     Suite("timer", "tkreg's device timer against CUPTI's kernel durations and triton's do_bench on a few kernels",
-          "tkreg.bench.timer:measure", 90.0, warm="tkreg.bench.timer:signatures"),
+          "tkreg.bench.timer:measure", 120.0, warm="tkreg.bench.timer:signatures"),
     Suite("host", "host time per call on small inputs: torch, each launcher, tkreg.ops, torch.ops.tkreg, lookup",
           "tkreg.bench.host:measure", 60.0, warm="tkreg.bench.host:signatures"),
-    Suite("matmul", "matmul on model shapes, both B layouts: tkreg.ops and each kernel's own choice against cuBLAS",
-          "tkreg.bench.matmul:measure", 150.0, warm="tkreg.bench.matmul:signatures"),
+    Suite("linear", "ops with a linear contract on model shapes, both B layouts: tkreg.ops and each kernel's own "
+          "choice against the peer", "tkreg.bench.linear:measure", 150.0, warm="tkreg.bench.linear:signatures"),
     Suite("dispatch", "tkreg.ops' measured choice on random shapes against the fastest kernel or peer, a cold process, "
           "CUDA graphs, torch.compile and a training step", "tkreg.bench.dispatch:measure", 240.0),
     Suite("ranking", "wall, device and host time of every kernel and peer per signature: tkreg.ops' ranking data",

@@ -1,5 +1,6 @@
 """The ``timer`` suite: tkreg's device timer checked against CUPTI's kernel durations and against
-triton.testing.do_bench, on a few compute- and memory-bound calls.
+triton.testing.do_bench, on a few compute- and memory-bound calls: each op's peer and every kernel
+that runs here, on the cases the op puts in its "timer" set.
 
 Per workload (an op's peer or kernel on one input; compute-bound ones in ROUNDS interleaved
 rounds, so drift between series shows):
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..core.loading import default_registry
 from ..core.registry import Registry
+from ..core.specs import Op
 from ..testing import cupti
 from .calls import Signature, kernel_calls, make_inputs, make_output, peer_call, say
 from .suites import Deadline, Measured
@@ -43,15 +45,6 @@ HOST_CALLS, HOST_ROUNDS = 1000, 7
 TRACE_COST_REPS = 100
 DO_BENCH_WARMUP_MS = 25
 FLUSH_KERNEL = "FillFunctor"  # the timer's L2 flush (zero_ of an int32 buffer), as CUPTI names it
-# (op, dims, dtype, what to time): "peer", "best" (lookup's first kernel) or "every" (each kernel).
-PLAN: tuple[tuple[str, dict[str, int], str, tuple[str, ...]], ...] = (
-    ("matmul", {"M": 8192, "N": 8192, "K": 4096}, "bfloat16", ("peer", "best")),
-    ("matmul", {"M": 4096, "N": 4096, "K": 4096}, "bfloat16", ("peer",)),
-    ("add", {"M": 16384, "N": 16384}, "float32", ("peer", "every")),
-    ("sum_row", {"M": 16384, "N": 16384}, "float32", ("peer", "best")),
-    ("sum_row", {"M": 1048576, "N": 32}, "float32", ("peer",)),
-    ("add", {"M": 1024, "N": 1024}, "float32", ("peer", "every")),
-)
 
 
 @dataclass
@@ -61,30 +54,30 @@ class Workload:
     fn: Callable[[], Any]
 
 
+def plan(registry: Registry) -> list[tuple[Op, Signature]]:
+    """Each op's "timer" cases, in its first benchmark dtype: the cases the op's plugin chose to
+    check the timer on (a large and a small one, compute- or memory-bound as the op is)."""
+    found = []
+    for op in registry.ops():
+        for c in op.cases_in("timer"):
+            dtypes = op.bench_dtypes_of(c)
+            if dtypes:
+                found.append((op, Signature.of(op.name, c.dims, dtypes[0], c.variant)))
+    return found
+
+
 def signatures(registry: Registry) -> list[Signature]:
-    known = {op.name for op in registry.ops()}
-    return [Signature.of(op, dims, dtype) for op, dims, dtype, _ in PLAN if op in known]
+    return [sig for _, sig in plan(registry)]
 
 
 def workloads(registry: Registry) -> list[Workload]:
-    """PLAN's calls that this registry has and this GPU runs."""
-    known = {op.name for op in registry.ops()}
+    """The peer and every kernel that runs here, on each op's timer cases."""
     work = []
-    for op_name, dims, dtype, what in PLAN:
-        if op_name not in known:
-            continue
-        op = registry.op(op_name)
-        sig = Signature.of(op_name, dims, dtype)
+    for op, sig in plan(registry):
         inputs = make_inputs(registry, sig)
         out = make_output(registry, sig, inputs)
-        kernels = kernel_calls(registry, op, inputs, out)
-        chosen: dict[str, Callable[[], Any] | None] = {}
-        if "peer" in what:
-            chosen[op.peer_name or "peer"] = peer_call(op, inputs, out)
-        if "best" in what and kernels:
-            chosen.update(list(kernels.items())[:1])
-        if "every" in what:
-            chosen.update(kernels)
+        chosen: dict[str, Callable[[], Any] | None] = {op.peer_name or "peer": peer_call(op, inputs, out)}
+        chosen.update(kernel_calls(registry, op, inputs, out))
         short = sig.label.split(" ", 1)[1]
         work += [Workload(f"{name} {short}", op.bound, fn) for name, fn in chosen.items() if fn is not None]
     return work

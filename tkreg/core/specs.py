@@ -27,7 +27,7 @@ Config = Mapping[str, ParamValue]
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 # default: every `pytest --tkreg`; gpu: default runs on a GPU only (too slow for the interpreter);
 # full: `--tkreg-full`; bench: benchmarks only.
-CASE_SETS = ("default", "gpu", "full", "bench")
+CASE_SETS = ("default", "gpu", "full", "bench", "timer", "ranking")
 BOUNDS = ("memory", "compute")
 
 # What a kernel may say it relies on, and the capabilities that have it.

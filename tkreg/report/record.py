@@ -33,7 +33,7 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ COMMAND = "python -m tkreg.report.record"
 MAX_BYTES = 60_000  # the record is read on a web page: past this it is a diary, not a record
 DIRECTIVE = re.compile(r"^\{\{\s*([a-z-]+)((?:\s+\S+)*)\s*\}\}\s*$")
 BLOCK_START, BLOCK_END = "per-gpu", "end"
-SUITE_ORDER = ("main", "dispatch", "timer", "host", "matmul", "ranking")
+SUITE_ORDER = ("main", "dispatch", "timer", "host", "linear", "ranking")
 
 
 @dataclass
@@ -152,18 +152,21 @@ class Builder:
             return f"*No `{name}` data for this GPU in this record (`tkreg bench {name}` measures it).*"
         path = found.path.as_posix()
         if name == "main":
-            return self.main_suite(path, gpu.slug, [s for s in gpu.files if s != "main"], full)
+            covered = {op: s for s, f in gpu.files.items() if s in record_tables.SUITE_OPS
+                       for op in record_tables.SUITE_OPS[s](load(f.path.as_posix()))}  # fmt: skip
+            return self.main_suite(path, gpu.slug, covered, full)
         document = load(path)
         render = record_tables.SUITE_TABLES.get(name, record_tables.record_table)
         parts = [record_tables.source_line(path, document.get("meta") or {}), "", render(document)]
         return "\n".join(parts)
 
-    def main_suite(self, path: str, slug: str, suites: Sequence[str] = (), full: bool = False) -> str:
+    def main_suite(self, path: str, slug: str, covered: Mapping[str, str] | None = None, full: bool = False) -> str:
         """The main job's run: where it comes from, its ceilings, then per op (and mode) the
         kernels against the peer, a summary line and the plots. The record stays short: a table
-        per case only for forward sections of ops without a suite of their own in ``suites``
-        (matmul's is longer) and for every section of ops timed against rivals; the rest as the
-        summary line. ``full``: a table for every section."""
+        per case only for forward sections of ops that no other suite covers (``covered``: op ->
+        the suite whose table has it, which is longer) and for every section of ops timed against
+        rivals; the rest as the summary line. ``full``: a table for every section."""
+        covered = covered or {}
         run = self.run(path)
         document = read_json(path)
         meta = dict(document.get("meta") or {})
@@ -178,8 +181,8 @@ class Builder:
             op, mode, params = section
             title = f"{op} {section_suffix(mode, params)}".strip()
             parts += ["", f"#### {title}"]
-            if op in suites:
-                parts += ["", f"Per case: the `{op}` suite's table below."]
+            if op in covered:
+                parts += ["", f"Per case: the `{covered[op]}` suite's table below."]
             elif full or (mode == DEFAULT_MODE and not params) or any(r.is_peer and r.peer_name for r in results):
                 # forward sections, and every section of an op timed against rivals (its goals
                 # are stated against them)

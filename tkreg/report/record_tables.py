@@ -1,5 +1,5 @@
 """Tables the benchmark record is built from: a benchmark run's kernels against their peer, and
-one table per ``tkreg bench`` suite's envelope (timer, host, matmul, ranking), each with a line
+one table per ``tkreg bench`` suite's envelope (timer, host, linear, ranking), each with a line
 saying where, when and by which command it was measured. Only the standard library.
 
 The suite tables also read the files the one-off scripts wrote before ``tkreg bench`` existed
@@ -246,38 +246,28 @@ def _us(value: Any) -> str:
     return f"{value:.1f}" if _is_number(value) else "-"
 
 
-MATMUL_PEER = "cuBLAS"
-# Rows written before the suite existed name the kernel family and mark the launcher's own pick.
-LEGACY_MATMUL = {"cublas": MATMUL_PEER, "hopper": "matmul_hopper_ws", "triton": "matmul_triton"}
+LINEAR_PEER = "cuBLAS"
 
 
-def matmul_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The matmul suite's rows (impl, M, N, K, layout, dtype, ms, vs_cublas, ok): as written, or
-    from the older format (the peer and each launcher's pick; the config sweep left out)."""
-    found = []
-    for r in document.get("rows") or []:
-        if "ms" not in r:
-            continue
-        if "impl" in r:
-            found.append(dict(r))
-        elif r.get("kernel") == "cublas" or r.get("pick"):
-            found.append({**r, "impl": LEGACY_MATMUL.get(r.get("kernel", ""), r.get("kernel", "")), "ok": r.get("ok", True)})
-    return found
+def linear_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The linear suite's rows (impl, M, N, K, layout, dtype, ms, vs_cublas, ok); rows of an older
+    run's configuration sweep (no ``impl``) are left out."""
+    return [dict(r) for r in document.get("rows") or [] if "ms" in r and "impl" in r]
 
 
-def matmul_table(document: Mapping[str, Any]) -> str:
+def linear_table(document: Mapping[str, Any]) -> str:
     """One line per case and layout: cuBLAS's TFLOP/s per dtype, then each implementation's ratio to
     cuBLAS per dtype ("!" marks a wrong output); then geometric means."""
-    rows = matmul_rows(document)
+    rows = linear_rows(document)
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
-    impls = [i for i in dict.fromkeys(r["impl"] for r in rows) if i != MATMUL_PEER]
+    impls = [i for i in dict.fromkeys(r["impl"] for r in rows) if i != LINEAR_PEER]
     by = {(r["M"], r["N"], r["K"], r["layout"], r["dtype"], r["impl"]): r for r in rows}
     shapes = list(dict.fromkeys((r["M"], r["N"], r["K"], r["layout"]) for r in rows))
     short = "/".join(SHORT_NAMES.get(d, d) for d in dtypes)
     body = []
     for M, N, K, layout in shapes:
         line = [f"{M}x{N}x{K}", str(layout)]
-        line.append(" / ".join(_tflops(by.get((M, N, K, layout, d, MATMUL_PEER))) for d in dtypes))
+        line.append(" / ".join(_tflops(by.get((M, N, K, layout, d, LINEAR_PEER))) for d in dtypes))
         for impl in impls:
             line.append(" / ".join(_ratio(by.get((M, N, K, layout, d, impl))) for d in dtypes))
         body.append(line)
@@ -400,10 +390,18 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def linear_ops(document: Mapping[str, Any]) -> set[str]:
+    """The ops the linear suite's table covers."""
+    return {str(r["op"]) for r in linear_rows(document) if r.get("op")}
+
+
+# Suites with a table per case of some ops: the main job's section of those ops is a summary.
+SUITE_OPS: dict[str, Callable[[Mapping[str, Any]], set[str]]] = {"linear": linear_ops}
+
 SUITE_TABLES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "dispatch": dispatch_table,
     "timer": timer_table,
     "host": host_table,
-    "matmul": matmul_table,
+    "linear": linear_table,
     "ranking": ranking_table,
 }

@@ -41,8 +41,13 @@ ADD = Op(
         case(M=2049, N=4104, sets=FULL, variant="padded"),
         case(M=1000, N=777, sets=FULL, variant="transposed"),
         case(M=32768, N=32768, sets=BENCH),
-        case(M=1024, N=1024, sets=BENCH),
+        case(M=1024, N=1024, sets=(*BENCH, "timer")),
         case(M=10000, N=10008, sets=BENCH),
+        # `tkreg bench timer` checks the device timer on a large and a small add; `tkreg bench
+        # ranking` also measures the sizes between and below the benchmarks that models call.
+        case(M=16384, N=16384, sets=("timer",)),
+        case(M=4096, N=4096, sets=("ranking",)),
+        case(M=256, N=256, sets=("ranking",)),
     ),
     dtypes=DTYPES,
     # One correctly rounded add per element: bit-exact against the rounded float64 reference.

@@ -24,11 +24,19 @@ BENCH_LAYOUTS = ("", "weight")
 # Odd but TMA-legal: no size a multiple of any tile, rows still 16-byte aligned.
 ODD_BENCH = ((3000, 5000, 2000),)
 
+TIMER_K = 4096  # `tkreg bench timer` checks the device timer on 8192 x 8192 x 4096 and 4096^3
+# `tkreg bench ranking` measures the benchmark cases in the plain layout and the "ranking" cases in
+# theirs: a short prefill projection, an odd and a small product, B as (K, N) and as a weight.
+RANKED_PROJECTION = (128, 4096, 4096)
+
 BENCH_CASES = (
-    *(case(M=m, N=n, K=k, sets=("bench",), variant=v) for m in LLAMA_M for n, k in LLAMA_NK for v in BENCH_LAYOUTS),
+    *(case(M=m, N=n, K=k, sets=("bench", "ranking") if (m, n, k) == RANKED_PROJECTION else ("bench",), variant=v)
+      for m in LLAMA_M for n, k in LLAMA_NK for v in BENCH_LAYOUTS),
     *(case(M=m, N=n, K=k, sets=("bench",), variant=v) for m, n, k in ODD_BENCH for v in BENCH_LAYOUTS),
-    *(case(M=BENCH_MN, N=BENCH_MN, K=k, sets=("bench",)) for k in BENCH_K),
+    *(case(M=BENCH_MN, N=BENCH_MN, K=k, sets=("bench", "timer") if k == TIMER_K else ("bench",)) for k in BENCH_K),
 )
+RANKING_CASES = tuple(case(M=m, N=n, K=k, sets=("ranking",), variant=v)
+                      for m, n, k in ((1000, 1000, 1000), (256, 256, 256)) for v in BENCH_LAYOUTS)
 
 CASES = (
     # The warp-specialization seed's test shapes.
@@ -65,6 +73,8 @@ CASES = (
     case(M=16, N=4096, K=4104, sets=("gpu", "full"), variant="weight"),
     case(M=100, N=1000, K=2008, sets=("gpu", "full"), variant="weight"),
     *BENCH_CASES,
+    case(M=4096, N=4096, K=4096, sets=("timer",)),
+    *RANKING_CASES,
 )
 
 MATMUL = Op(

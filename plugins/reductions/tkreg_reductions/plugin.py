@@ -43,12 +43,18 @@ CASES = (
     case(M=3001, N=5003, sets=("full",)),
     case(M=1, N=131073, sets=("full",)),
     case(M=2, N=20011, sets=("full",), variant="colslice"),
-    # benchmarks (issue #6): square, many medium rows, long rows, narrow rows, few very long rows
-    case(M=16384, N=16384, sets=("bench",)),
+    # benchmarks: square, many medium rows, long rows, narrow rows, few very long rows (the
+    # square and the narrow rows also check `tkreg bench timer`'s device timer)
+    case(M=16384, N=16384, sets=("bench", "timer")),
     case(M=65536, N=1024, sets=("bench",)),
     case(M=4096, N=131072, sets=("bench",)),
-    case(M=1048576, N=32, sets=("bench",)),
+    case(M=1048576, N=32, sets=("bench", "timer")),
     case(M=32, N=1048576, sets=("bench",)),
+    # `tkreg bench ranking`: sizes between and below the benchmarks that models call
+    case(M=100000, N=300, sets=("ranking",)),
+    case(M=1, N=65536, sets=("ranking",)),
+    case(M=2048, N=2048, sets=("ranking",)),
+    case(M=256, N=256, sets=("ranking",)),
 )
 
 

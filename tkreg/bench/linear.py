@@ -1,11 +1,12 @@
-"""The ``matmul`` suite: matmul on model shapes, tkreg's choice against cuBLAS.
+"""The ``linear`` suite: each op with a linear contract (``tkreg.contracts.linear``) on model
+shapes, tkreg's choice against the op's peer (cuBLAS for the built-in one).
 
-Cases: the matmul op's benchmark cases (Llama-3-8B's projections at M = 16, 128, 2048 and 16384
-tokens, B as a (K, N) matrix and as the transposed view of an (N, K) weight, as F.linear passes
-it; 3000 x 5000 x 2000; 8192 x 8192 x K), plus every projection at M = 64; in bf16 and fp16.
-Per case and dtype: cuBLAS (the op's peer, torch.matmul), ``tkreg.ops.matmul`` (whatever its
-dispatch picks, output allocated as a user's call does), and every registered kernel at its
-launcher's own choice. Device time by tkreg.testing.timing.DeviceTimer as the benchmark items
+Cases: the op's benchmark cases (for the built-in op: Llama-3-8B's projections at M = 16, 128,
+2048 and 16384 tokens, B as a (K, N) matrix and as the transposed view of an (N, K) weight, as
+F.linear passes it; 3000 x 5000 x 2000; 8192 x 8192 x K), plus every (N, K) at M = 64 in the
+layouts the benchmark cases give it; in bf16 and fp16. Per case and dtype: the peer,
+``tkreg.ops.<op>`` (whatever its dispatch picks, output allocated as a user's call does), and
+every registered kernel at its launcher's own choice. Device time by tkreg.testing.timing.DeviceTimer as the benchmark items
 measure it (L2 flushed before each call, so a weight comes from DRAM as in a forward pass; CUPTI's
 span of the call; median), with a shorter measurement (TIMER_MS of repetitions). Every output is
 checked against the float64 product with the op's tolerance (``ok``).
@@ -24,11 +25,8 @@ from ..testing.checking import compare
 from .calls import Signature, geomean, launcher_call, launchers, make_inputs, make_output, ops_call, peer_call, say
 from .suites import Deadline, Measured, SuiteFailed
 
-OP = "matmul"
 DTYPES = ("bfloat16", "float16")
 EXTRA_M = 64  # decode with a larger batch: not among the op's benchmark token counts
-WEIGHT_VARIANT = "weight"  # B = W.t(), W an (N, K) row-major weight
-LAYOUTS = {"": "kn", WEIGHT_VARIANT: "nk"}
 TIMER_MS = 40.0  # device time of the measured repetitions per timing (the benchmark items: 100)
 WARMUP_MS = 3.0  # the warm-up step compiled every variant already
 MAX_REPS = 100  # a median of 100 is steady to well under 1%; the flushes would cost the rest
@@ -36,17 +34,27 @@ PEER = "cuBLAS"
 OPS = "tkreg.ops"
 
 
+def linear_ops(registry: Registry) -> list[Op]:
+    return [op for op in registry.ops() if op.contract.kind == "linear"]
+
+
 def cases(op: Op) -> list[Case]:
-    """The op's benchmark cases, then each weight-layout projection's (N, K) at M = EXTRA_M in
-    both layouts."""
+    """The op's benchmark cases, then every (N, K) of those with a layout variant (the model
+    projections) at M = EXTRA_M, in each layout the benchmark cases give it."""
     found = list(op.cases_in("bench"))
-    projections = dict.fromkeys((c.dims["N"], c.dims["K"]) for c in found if c.variant == WEIGHT_VARIANT)
-    for n, k in projections:
-        for variant in LAYOUTS:
-            extra = Case(dims={"M": EXTRA_M, "N": n, "K": k}, variant=variant)
-            if extra not in found:
-                found.append(extra)
+    projections = {(c.dims["N"], c.dims["K"]) for c in found if c.variant}
+    layouts = dict.fromkeys((c.dims["N"], c.dims["K"], c.variant) for c in found
+                            if (c.dims["N"], c.dims["K"]) in projections)  # fmt: skip
+    for n, k, variant in layouts:
+        extra = Case(dims={"M": EXTRA_M, "N": n, "K": k}, variant=variant)
+        if extra not in found:
+            found.append(extra)
     return found
+
+
+def layout_of(b: Any) -> str:
+    """"kn" for B stored (K, N) row-major, "nk" for the transposed view of an (N, K) weight."""
+    return "nk" if b.dim() == 2 and b.stride(0) == 1 and b.size(1) > 1 else "kn"
 
 
 def dtypes_of(op: Op) -> list[str]:
@@ -54,10 +62,8 @@ def dtypes_of(op: Op) -> list[str]:
 
 
 def signatures(registry: Registry) -> list[Signature]:
-    if OP not in {op.name for op in registry.ops()}:
-        return []
-    op = registry.op(OP)
-    return [Signature.of(OP, c.dims, dtype, c.variant) for c in cases(op) for dtype in dtypes_of(op)]
+    return [Signature.of(op.name, c.dims, dtype, c.variant) for op in linear_ops(registry) for c in cases(op)
+            for dtype in dtypes_of(op)]  # fmt: skip
 
 
 def calls_of(explanation: str) -> str:
@@ -74,13 +80,13 @@ def time_case(registry: Registry, timer: Any, sig: Signature, deadline: Deadline
 
     from .. import ops
 
-    op = registry.op(OP)
+    op = registry.op(sig.op)
     inputs = make_inputs(registry, sig)
     # the best a kernel can return is the exact product rounded once to the output's dtype
     expected = harness.float64_reference(op, inputs)[0].to(getattr(torch, sig.dtype)).double()
     tolerance = op.tolerance(sig.dtype, sig.case)
     dims = dict(sig.dims)
-    base = {"M": dims["M"], "N": dims["N"], "K": dims["K"], "layout": LAYOUTS.get(sig.variant, sig.variant), "dtype": sig.dtype}
+    base = {"op": sig.op, "M": dims["M"], "N": dims["N"], "K": dims["K"], "layout": layout_of(inputs[1]), "dtype": sig.dtype}
     flops = 2.0 * dims["M"] * dims["N"] * dims["K"]
     rows, peer_ms = [], None
     impls: list[tuple[str, Any, Any, dict[str, Any]]] = []
@@ -88,7 +94,7 @@ def time_case(registry: Registry, timer: Any, sig: Signature, deadline: Deadline
     impls.append((PEER, peer_call(op, inputs, out), lambda o=out: o, {}))
     ops_fn = ops_call(op, inputs)
     if ops_fn is not None:
-        impls.append((OPS, ops_fn, None, {"calls": calls_of(ops.explain(OP, *inputs))}))
+        impls.append((OPS, ops_fn, None, {"calls": calls_of(ops.explain(op.name, *inputs))}))
     for name, launcher in launchers(registry, op, inputs).items():
         kernel_out = make_output(registry, sig, inputs)
         impls.append((name, launcher_call(op, launcher, inputs, kernel_out), lambda o=kernel_out: o, {}))
@@ -146,8 +152,8 @@ def measure(deadline: Deadline) -> Measured:
     from ..testing.timing import DeviceTimer
 
     registry = default_registry()
-    if OP not in {op.name for op in registry.ops()}:
-        raise SuiteFailed(f"no {OP!r} op is registered")
+    if not linear_ops(registry):
+        raise SuiteFailed("no op with a linear contract is registered")
     timer = DeviceTimer(target_ms=TIMER_MS, warmup_ms=WARMUP_MS)
     rows: list[dict[str, Any]] = []
     sigs = signatures(registry)

@@ -100,6 +100,19 @@ def test_info_shows_requirements_cases_and_tolerances(site: Path) -> None:
     assert info["op tolerances"] == {"float32": {"atol": 0.0, "rtol": 0.0}}
 
 
+def test_info_on_an_op_shows_how_its_kernels_are_called() -> None:
+    """A plugin author adding a kernel to an installed op reads its calling interface here."""
+    result = tkreg_cli("info", "rms_norm", "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["op inputs"] == ["x", "weight"] and info["op gradients"] == ["x", "weight"]
+    assert info["op params"][0].startswith("eps=1e-06 (tests: ")
+    assert info["op outputs"] == ["y (the case dtype)", "rstd (float32, kept for the backward)"]
+    assert "rms_norm_bwd_triton (backward)" in info["kernels"] and info["op contract"] == "rows"
+    kernel = json.loads(tkreg_cli("info", "rms_norm_bwd_triton", "--json").stdout)
+    assert kernel["direction"].startswith("backward") and kernel["op inputs"] == ["x", "weight"]
+
+
 def test_unknown_kernel_is_a_clear_error(site: Path) -> None:
     result = tkreg_cli("info", "nope", env=env_with(site, "toy"))
     assert result.returncode == 2

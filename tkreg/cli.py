@@ -34,7 +34,7 @@ from .core.loading import (
 )
 from .core.platform import current, installed_version, platform_for
 from .core.registry import Registry, unmet_requirements
-from .core.specs import config_id
+from .core.specs import Op, config_id
 
 WIDTH = 100  # columns text output fits in without --wide (fewer on a narrower terminal)
 EXIT_REGRESSION = 1
@@ -126,7 +126,23 @@ def _env_plugins() -> str:
     return os.environ.get(ENV_VAR, "")
 
 
+def op_interface(op: Op) -> dict[str, Any]:
+    """What a kernel of ``op`` is called with and returns: the op's calling interface."""
+    params = [f"{p.name}={p.default!r} (tests: {', '.join(map(repr, p.values or (p.default,)))})" for p in op.params]
+    kept = ", kept for the backward"
+    outputs = [f"{o.name} ({o.dtype or 'the case dtype'}{'' if o.returned else kept})" for o in op.outputs]
+    return {
+        "op inputs": list(op.inputs) or None,
+        "op params": params or None,
+        "op outputs": outputs,
+        "op gradients": list(op.grads) or None,
+        "op contract": op.contract.kind,
+    }
+
+
 def cmd_info(registry: Registry, args: argparse.Namespace) -> int:
+    if args.kernel in {o.name for o in registry.ops()} and args.kernel not in {k.name for k in registry.kernels()}:
+        return show_op(registry, registry.op(args.kernel), args)
     kernel = registry.kernel(args.kernel)
     op = registry.op(kernel.op)
     where = platform_for(args.capability)
@@ -152,13 +168,35 @@ def cmd_info(registry: Registry, args: argparse.Namespace) -> int:
         "configs": [config_id(c) or "(launcher default)" for c in kernel.configs],
         "scheduler axis": [s.name for s in registry.schedulers()] if kernel.takes_scheduler else None,
         "priority": kernel.priority,
+        "direction": "backward (computes the op's gradients)" if kernel.backward else "forward",
+        "writes inputs": [f"{w.input}: {w.reason}" if w.reason else w.input for w in kernel.writes] or None,
         f"runs on {where.describe()}": "yes" if not reasons else "no: " + "; ".join(reasons),
+        **op_interface(op),
         "op cases": {c.id: list(c.sets) for c in op.cases},
         "op tolerances": {d: {"atol": op.tolerances[d].atol, "rtol": op.tolerances[d].rtol} for d in op.dtypes},
         "op tolerance scale": refs.describe(op.tolerance_scale) if op.tolerance_scale else None,
         "op cost model": refs.describe(op.cost),
         "op peer": op.peer_name or None,
     }
+    return show_info(info, op, args)
+
+
+def show_op(registry: Registry, op: Op, args: argparse.Namespace) -> int:
+    """``tkreg info <op>``: the op's interface, cases and tolerances, and its kernels."""
+    info: dict[str, Any] = {
+        "op": op.name,
+        "plugin": registry.owner(op).describe(),
+        "description": op.description,
+        **op_interface(op),
+        "kernels": [k.name + (" (backward)" if k.backward else "") for k in registry.kernels(op.name)] or None,
+        "op cases": {c.id: list(c.sets) for c in op.cases},
+        "op tolerances": {d: {"atol": op.tolerances[d].atol, "rtol": op.tolerances[d].rtol} for d in op.dtypes},
+        "op peer": op.peer_name or None,
+    }
+    return show_info(info, op, args)
+
+
+def show_info(info: dict[str, Any], op: Op, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -302,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="kernels, their requirements, and whether they run here")
     p_list.add_argument("--op", help="only this op (default: all)")
-    p_info = sub.add_parser("info", help="everything about one kernel and its op")
-    p_info.add_argument("kernel")
+    p_info = sub.add_parser("info", help="everything about one kernel and its op, or one op and its kernels")
+    p_info.add_argument("kernel", metavar="NAME", help="a kernel's or an op's name")
     for p in (p_list, p_info):
         p.add_argument("--capability", help="judge for this GPU capability, e.g. 9.0, or 'interpreter' (default: this machine)")
         p.add_argument("--json", action="store_true", help="machine-readable output (default: a table)")

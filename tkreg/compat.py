@@ -3,7 +3,8 @@
 tkreg's modules once sat side by side in ``tkreg/``; they now live in subpackages named after
 their part (core, launch, testing, ops, report). A plugin that imports ``tkreg.inputs`` or names
 ``"tkreg.inputs:tma_inputs_reasons"`` as a requirement gets the module at its new home, the same
-module object, so its state (caches, settings a test changes) is shared. New code should import
+module object, so its state (caches, settings a test changes) is shared. The same finder makes
+``import tkreg.contracts`` (the attribute plugins use) an import that works. New code should import
 the new paths; nothing here warns, because a plugin that works must not start printing.
 """
 
@@ -19,8 +20,8 @@ from types import ModuleType
 MOVED: dict[str, str] = {
     f"tkreg.{name}": f"tkreg.{part}.{name}"
     for part, names in {
-        "core": ("capability", "dtypes", "errors", "hookspecs", "loading", "platform", "refs", "registry", "schedulers",
-                 "signature", "specs", "tolerances"),
+        "core": ("capability", "contracts", "dtypes", "errors", "hookspecs", "loading", "platform", "refs", "registry",
+                 "schedulers", "signature", "specs", "tolerances"),
         "launch": ("aot", "fastlaunch", "inputs", "tma"),
         "testing": ("aot_worker", "checking", "cupti", "generation", "harness", "interpreter_state", "jobs", "pool",
                     "pytest_plugin", "runner_process", "runners", "timing"),

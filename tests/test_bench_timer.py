@@ -90,6 +90,7 @@ def test_the_suite_splits_the_trace_at_each_flush_and_sums_each_calls_kernels() 
 
 def test_the_workloads_are_the_cases_each_op_puts_in_its_timer_set() -> None:
     """No op is named in the suites: the timer, ranking and linear suites read what plugins declare."""
+    import tkreg
     from tkreg import Op, case, default_registry
     from tkreg.bench import linear, ranking
     from tkreg.core.registry import PluginInfo, Registry
@@ -106,7 +107,7 @@ def test_the_workloads_are_the_cases_each_op_puts_in_its_timer_set() -> None:
                                case(M=64, N=64, sets=("ranking",), variant="strided"))), toys)
     registry.add(op("toy_linear", (case(M=2, N=4, K=8),
                                       case(M=16, N=32, K=64, sets=("bench",), variant="weight"),
-                                      case(M=16, N=32, K=64, sets=("bench",))), tkreg_linear()), toys)
+                                      case(M=16, N=32, K=64, sets=("bench",))), tkreg.contracts.linear()), toys)
     assert [s.label for s in timer.signatures(registry)] == [timer.Signature.of("toy", {"M": 4096, "N": 4096}, "bfloat16").label]
     ranked = {(s.op, tuple(v for _, v in s.dims), s.variant) for s in ranking.signatures(registry)}
     assert ("toy", (64, 64), "strided") in ranked and ("toy", (8, 8), "") not in ranked
@@ -116,9 +117,3 @@ def test_the_workloads_are_the_cases_each_op_puts_in_its_timer_set() -> None:
     assert {("toy_linear", (64, 32, 64), "weight"), ("toy_linear", (64, 32, 64), "")} <= covered  # M = 64 in both layouts
     installed = default_registry()  # the built-in plugins declare theirs
     assert {s.op for s in timer.signatures(installed)} >= {"add", "sum_row", "matmul"}
-
-
-def tkreg_linear() -> Any:
-    import tkreg
-
-    return tkreg.contracts.linear()

@@ -52,9 +52,12 @@ def cases(op: Op) -> list[Case]:
     return found
 
 
-def layout_of(b: Any) -> str:
-    """"kn" for B stored (K, N) row-major, "nk" for the transposed view of an (N, K) weight."""
-    return "nk" if b.dim() == 2 and b.stride(0) == 1 and b.size(1) > 1 else "kn"
+def layout_of(op: Op, inputs: tuple[Any, ...]) -> str:
+    """"nk" where the linear contract reads B column-major (the transposed view of an (N, K)
+    weight), else "kn" (B stored (K, N))."""
+    from ..ops.forms import form_for
+
+    return "nk" if form_for(op).layout(inputs).endswith("b col") else "kn"
 
 
 def dtypes_of(op: Op) -> list[str]:
@@ -86,7 +89,7 @@ def time_case(registry: Registry, timer: Any, sig: Signature, deadline: Deadline
     expected = harness.float64_reference(op, inputs)[0].to(getattr(torch, sig.dtype)).double()
     tolerance = op.tolerance(sig.dtype, sig.case)
     dims = dict(sig.dims)
-    base = {"op": sig.op, "M": dims["M"], "N": dims["N"], "K": dims["K"], "layout": layout_of(inputs[1]), "dtype": sig.dtype}
+    base = {"op": sig.op, "M": dims["M"], "N": dims["N"], "K": dims["K"], "layout": layout_of(op, inputs), "dtype": sig.dtype}
     flops = 2.0 * dims["M"] * dims["N"] * dims["K"]
     rows, peer_ms = [], None
     impls: list[tuple[str, Any, Any, dict[str, Any]]] = []

@@ -282,3 +282,46 @@ def test_an_expanded_upstream_gradient_is_made_contiguous_for_a_kernel_that_need
     ops.toy_rms_norm(x, w).sum().backward()  # the gradient of sum() is one value expanded: strides 0
     _assert_rms_grads(x, w, torch.ones(x.shape, device=DEVICE), 1e-6)
     assert len(calls("rms_backward_torch")) == 1 and not calls("rms_peer")  # the kernel, not the peer
+
+
+@pytest.fixture
+def backend_entries(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Counts entries into torch.library's backend wrapper of a triton_op (what a call pays
+    when it goes through torch's redispatch below autograd)."""
+    import torch._library.triton as torch_triton
+
+    entered: list[bool] = []
+    wrapped = torch_triton.set_wrap_triton_enabled
+
+    def counting(enabled: bool) -> Any:
+        entered.append(enabled)
+        return wrapped(enabled)
+
+    monkeypatch.setattr(torch_triton, "set_wrap_triton_enabled", counting)
+    return entered
+
+
+def test_eager_operator_calls_dispatch_without_torchs_redispatch(recorded: None, backend_entries: list[bool]) -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
+    x, w, grad = _rms_leaves(28)
+    y, _ = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)
+    assert "tkreg_toy_rms_norm" in type(y.grad_fn).__name__  # the op's eager autograd.Function
+    y.backward(grad)
+    _assert_rms_grads(x, w, grad, 0.5)
+    with torch.no_grad():
+        plain = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]
+    assert backend_entries == []  # neither call went below autograd through torch's wrappers
+
+    seen: list[str] = []
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Recording():
+        moded = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]
+    assert "tkreg.toy_rms_norm.default" in seen and backend_entries  # a dispatch mode still sees the operator
+    assert torch.equal(plain, moded)

@@ -58,7 +58,7 @@ def install(registry: Any = None) -> list[str]:
     for op in registry.ops():
         dispatcher = dispatchers[op.name] = Dispatcher(registry, op)
         slot, overload = torch_operator(dispatcher)
-        ops[op.name] = entry_point(dispatcher, overload)
+        ops[op.name] = entry_point(dispatcher, overload, slot.differentiable if slot is not None else None)
         if slot is not None:
             slot.entry = ops[op.name]
     _installed.update(registry=registry, ops=ops, dispatchers=dispatchers)

@@ -5,7 +5,8 @@ Each op gets operators with the schema ``(Tensor a, Tensor b, *, float eps=1e-06
 defaults; ``-> (Tensor, Tensor)`` where the op has several outputs):
 
 - ``torch.ops.tkreg.<op>``, a ``triton_op``: what users and torch.compile see, returning every
-  output, with autograd (see below). Called with real tensors it dispatches (:mod:`.dispatch`).
+  output, with autograd (see below). Called eagerly with plain tensors, its autograd kernel
+  dispatches (:mod:`.dispatch`) at once (:func:`_call_eagerly`).
   When torch.compile's AOT stage traces into it (FakeTensors: shapes and strides, no addresses),
   it asks :meth:`Dispatcher.static_route` whether the kernel is the same at every alignment and
   has a traceable launcher (one that launches through ``torch.library.wrap_triton``): then the
@@ -49,14 +50,17 @@ TRACED_NAMESPACE = "tkreg"
 RUNTIME_NAMESPACE = "tkreg_dispatch"
 BACKWARD_NAMESPACE = "tkreg_backward"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+DISPATCH, DIFFERENTIABLE, TORCH = 0, 1, 2  # the ways tkreg.ops.<op> takes a call (see entry_point)
 
 
 @dataclass
 class Slot:
-    """The dispatcher and the tkreg.ops callable an op's torch operators call right now."""
+    """The dispatcher and the tkreg.ops callable an op's torch operators call right now, and the
+    op's eager differentiable call (``apply(*inputs, params)``), where torch let it be made."""
 
     dispatcher: Dispatcher
     entry: Callable[..., Any] | None = None
+    differentiable: Callable[..., Any] | None = None
 
 
 # op name -> (what its schema depends on, slot, torch.ops.tkreg.<op>.default)
@@ -152,7 +156,77 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
         return tuple(result)
 
     traced.register_autograd(backward, setup_context=setup_context)
-    return getattr(getattr(torch.ops, TRACED_NAMESPACE), name).default
+    overload = getattr(getattr(torch.ops, TRACED_NAMESPACE), name).default
+    _call_eagerly(traced, overload, slot, setup_context, backward)
+    return overload
+
+
+def _call_eagerly(
+    defined: Any, overload: Any, slot: Slot, setup_context: Callable[..., None], backward: Callable[..., Any]
+) -> None:
+    """Give ``torch.ops.tkreg.<op>``'s autograd kernel a short way for eager calls.
+
+    torch.library's own way into a custom op passes its autograd kernel, a redispatch below
+    autograd and a backend wrapper, each a Python call from C++ (about 11 us per call on a CPU
+    host where tkreg.ops.add costs 3.7). A call of plain tensors outside any trace or dispatch
+    mode needs none of them: it dispatches at once, through an autograd.Function where a
+    gradient is wanted. Everything else (FakeTensors, modes, subclasses, compiling) takes
+    torch's own kernel, unchanged. Where this torch lacks the pieces, every call takes it."""
+    import torch._library.autograd as torch_autograd
+
+    is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
+    tensor, parameter = _PLAIN
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        inputs, params = args[:-1], args[-1]
+        output = slot.dispatcher(*inputs, **params)
+        setup_context(ctx, inputs, output, params)
+        return output
+
+    def backward_call(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        return (*backward(ctx, *grads), None)
+
+    # named so that a tensor's grad_fn says which op made it (tkreg_<op>Backward)
+    EagerCall: Any = type(
+        f"tkreg_{overload._opname}",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward_call)},
+    )
+    # autograd.Function.apply's Python layer only unwraps functorch's wrappers (about 2 us a
+    # call): outside vmap and grad transforms the C apply under it does the same work.
+    c_apply = getattr(torch._C._FunctionBase, "__dict__", {}).get("apply")
+    plain_apply = c_apply.__get__(None, EagerCall) if c_apply is not None else EagerCall.apply
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+    def apply(*args: Any) -> Any:
+        return EagerCall.apply(*args) if transforms_active() else plain_apply(*args)
+
+    try:
+        standard = torch_autograd.make_autograd_impl(overload, defined)
+    except (AttributeError, TypeError) as e:  # pragma: no cover - another torch's internals
+        log.debug("tkreg.ops.%s: torch's own autograd kernel only (%s)", overload._opname, e)
+        return
+
+    def autograd_kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
+        if not is_compiling() and not is_in_torch_dispatch_mode():
+            wants_grad = False
+            for t in inputs:
+                cls = type(t)
+                if cls is not tensor and cls is not parameter:
+                    break
+                wants_grad = wants_grad or t.requires_grad
+            else:
+                if wants_grad and grad_enabled():
+                    return apply(*inputs, params)
+                return slot.dispatcher(*inputs, **params)
+        return standard(keyset, *inputs, **params)
+
+    try:
+        defined._lib.impl(overload._opname, autograd_kernel, "Autograd", with_keyset=True, allow_override=True)
+    except (AttributeError, TypeError, RuntimeError) as e:  # pragma: no cover - another torch's internals
+        log.debug("tkreg.ops.%s: torch's own autograd kernel only (%s)", overload._opname, e)
+        return
+    slot.differentiable = apply
 
 
 def _define_backward(op: Op, slot: Slot) -> Any:
@@ -200,10 +274,12 @@ def _fresh(t: Any, others: Sequence[Any]) -> Any:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def entry_point(dispatcher: Dispatcher, overload: Any) -> Callable[..., Any]:
+def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """``tkreg.ops.<op>``: plain tensors that need no autograd go straight to the dispatcher
-    (the torch.library path costs several microseconds more per call); under torch.compile,
-    autograd, tensor subclasses or a dispatch mode, the call goes through the torch operator.
+    (the torch.library path costs several microseconds more per call), and those that want a
+    gradient to the op's eager autograd.Function (``differentiable``, see :func:`_call_eagerly`);
+    under torch.compile, tensor subclasses or a dispatch mode, the call goes through the torch
+    operator.
     Returns the outputs the op marks ``returned`` (one tensor, or a tuple of them)."""
     op = dispatcher.op
     returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
@@ -213,22 +289,29 @@ def entry_point(dispatcher: Dispatcher, overload: Any) -> Callable[..., Any]:
     tensor, parameter = _PLAIN
     check_params = dispatcher.params.values
 
-    def needs_torch(inputs: Sequence[Any]) -> bool:
-        grad = grad_enabled()
+    def route(inputs: Sequence[Any]) -> int:
+        """DISPATCH, DIFFERENTIABLE (plain tensors, a gradient wanted) or TORCH (the operator)."""
+        grad, wanted = grad_enabled(), False
         for t in inputs:
             cls = type(t)
             if cls is tensor or cls is parameter:
                 if grad and t.requires_grad:
-                    return True
+                    wanted = True
             elif isinstance(t, tensor):
-                return True
-        return is_in_torch_dispatch_mode()
+                return TORCH
+        if is_in_torch_dispatch_mode():
+            return TORCH
+        return DIFFERENTIABLE if wanted else DISPATCH
 
     def run(inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        if overload is not None and (is_compiling() or needs_torch(inputs)):
-            if params:
-                check_params(params)  # the op's own message for a bad parameter, not the schema's
-            return overload(*inputs, **params)
+        if overload is not None:
+            way = TORCH if is_compiling() else route(inputs)
+            if way != DISPATCH:
+                if params:
+                    check_params(params)  # the op's own message for a bad parameter, not the schema's
+                if way == DIFFERENTIABLE and differentiable is not None:
+                    return differentiable(*inputs, params)
+                return overload(*inputs, **params)
         return dispatcher(*inputs, **params)
 
     if not several or len(returned) == len(op.outputs):

@@ -182,7 +182,14 @@ def test_suite_tables_read_the_suites_rows() -> None:
                       "peer": True, "us_per_call": 8.0, "host_us": 6.0},
                      {"op": "add", "path": "tkreg.ops.add", "shape": "256x256", "dtype": "float32", "peer": False,
                       "us_per_call": 20.0, "host_us": 19.5}]}  # fmt: skip
-    assert "| add | tkreg.ops.add | 256x256 fp32 | 20.0 | 19.5 | 2.50x |" in host_table(host)
+    assert "| add | tkreg.ops.add | 256x256 fp32 | 20.0 | 19.5 | 2.50x |" in host_table(host)  # older rows: one peer row
+    alike = [("torch.add (the peer), output given", True, False, 8.0),
+             ("torch.add (the peer), output allocated", True, True, 10.0),
+             ("add_triton, output given", False, False, 12.0), ("tkreg.ops.add", False, True, 13.0)]
+    host = {"rows": [{"op": "add", "path": p, "peer": peer, "allocates": a, "us_per_call": us} for p, peer, a, us in alike]}
+    text = host_table(host)
+    assert "| add | add_triton, output given | - | 12.0 | - | 1.50x |" in text  # against the peer's given output
+    assert "| add | tkreg.ops.add | - | 13.0 | - | 1.30x |" in text  # against torch's own call
     figures = [("bfloat16", "cuBLAS", 27.0, 1.0, True), ("bfloat16", "tkreg.ops", 24.5, 0.9, True),
                ("float16", "cuBLAS", 27.0, 1.0, True), ("float16", "tkreg.ops", 33.0, 1.25, False)]  # fmt: skip
     linear = {"rows": [{"op": "mm", "M": 16, "N": 4096, "K": 4096, "layout": "nk", "dtype": d, "impl": impl, "ms": 0.01,

@@ -72,7 +72,8 @@ def make_output(registry: Registry, sig: Signature, inputs: tuple[Any, ...]) -> 
 
 
 def peer_call(op: Op, inputs: tuple[Any, ...], out: Any) -> Call | None:
-    """The op's peer writing into ``out``; None for an op without one."""
+    """The op's peer writing into ``out`` (where ``out`` is None, returning new outputs, as torch
+    code calls it); None for an op without one."""
     if op.peer is None:
         return None
     peer, params = refs.resolve(op.peer), op.defaults

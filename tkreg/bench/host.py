@@ -2,10 +2,12 @@
 work, not the GPU, sets the pace.
 
 Per op, on an input of SIDE in every dim (256 x 256; 256^3 for matmul) in the op's first benchmark
-dtype: the op's peer (torch) writing into a given output; every kernel's launcher, output given
-and output allocated; ``tkreg.ops.<op>``; ``torch.ops.tkreg.<op>``; ``tkreg.ops.<op>`` replayed from
-a CUDA graph (what the same work costs with no Python at all); and a cached ``lookup``. Plus one
-reference row: a plain ``@triton.jit`` add launched as ``kernel[grid]``.
+dtype: the op's peer (torch) writing into a given output and allocating its own (torch's own
+call); every kernel's launcher, output given and output allocated; ``tkreg.ops.<op>``;
+``torch.ops.tkreg.<op>``; ``tkreg.ops.<op>`` replayed from a CUDA graph (what the same work costs
+with no Python at all); and a cached ``lookup``. Plus one reference row: a plain ``@triton.jit``
+add launched as ``kernel[grid]``. A path that allocates its outputs is held against the peer's
+allocating call, one that does not against the peer writing into a given output.
 
 Each figure: CALLS calls queued back to back, then one synchronize, per call; the least of ROUNDS
 rounds (``us_per_call``), and the queueing alone (``host_us``: the host's own work per call).
@@ -14,6 +16,7 @@ rounds (``us_per_call``), and the queueing alone (``host_us``: the host's own wo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.loading import default_registry
@@ -52,23 +55,35 @@ def signatures(registry: Registry) -> list[Signature]:
     return [s for s in (signature(op) for op in registry.ops()) if s is not None]
 
 
-def paths(registry: Registry, op: Op, sig: Signature) -> list[tuple[str, Callable[[], Call | None], bool]]:
-    """(what, a function making the call, is the peer) for one op on its small input. The calls are
-    made when their turn comes, so one that cannot be made here (a graph that cannot be captured)
-    fails its own row only."""
+@dataclass(frozen=True)
+class Path:
+    """One way to call an op: what it is, a function making the call, whether it is the peer's,
+    and whether each call allocates its outputs (it is then held against the peer's own
+    allocating call, else against the peer writing into a given output)."""
+
+    what: str
+    make: Callable[[], Call | None]
+    peer: bool = False
+    allocates: bool = False
+
+
+def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
+    """Every path of one op on its small input. The calls are made when their turn comes, so one
+    that cannot be made here (a graph that cannot be captured) fails its own row only."""
     inputs = make_inputs(registry, sig)
     out = make_output(registry, sig, inputs)
-    found: list[tuple[str, Callable[[], Call | None], bool]] = [
-        (f"{op.peer_name} (the peer), output given", lambda: peer_call(op, inputs, out), True)
+    found = [
+        Path(f"{op.peer_name} (the peer), output given", lambda: peer_call(op, inputs, out), peer=True),
+        Path(f"{op.peer_name} (the peer), output allocated", lambda: peer_call(op, inputs, None), peer=True, allocates=True),
     ]
     for name, launcher in launchers(registry, op, inputs).items():
-        found.append((f"{name}, output given", lambda f=launcher: launcher_call(op, f, inputs, out), False))
-        found.append((f"{name}, output allocated", lambda f=launcher: launcher_call(op, f, inputs), False))
-    found.append((f"tkreg.ops.{op.name}", lambda: ops_call(op, inputs), False))
-    found.append((f"torch.ops.tkreg.{op.name}", lambda: torch_op_call(op, inputs), False))
-    found.append((f"tkreg.ops.{op.name} replayed from a CUDA graph", lambda: graph_replay(ops_call(op, inputs)), False))
+        found.append(Path(f"{name}, output given", lambda f=launcher: launcher_call(op, f, inputs, out)))
+        found.append(Path(f"{name}, output allocated", lambda f=launcher: launcher_call(op, f, inputs), allocates=True))
+    found.append(Path(f"tkreg.ops.{op.name}", lambda: ops_call(op, inputs), allocates=True))
+    found.append(Path(f"torch.ops.tkreg.{op.name}", lambda: torch_op_call(op, inputs), allocates=True))
+    found.append(Path(f"tkreg.ops.{op.name} replayed from a CUDA graph", lambda: graph_replay(ops_call(op, inputs))))
     lookup: Call = lambda: registry.lookup(op.name, inputs=inputs)  # noqa: E731 (a call, as the others)
-    found.append(("lookup of the kernels for these inputs, cached", lambda: lookup, False))
+    found.append(Path("lookup of the kernels for these inputs, cached", lambda: lookup))
     return found
 
 
@@ -98,10 +113,12 @@ def measure(deadline: Deadline) -> Measured:
         if sig is None:
             continue
         deadline.check(f"op {op.name}")
-        for what, make, is_peer in paths(registry, op, sig):
-            row: dict[str, Any] = {"op": op.name, "path": what, "shape": sig.shape, "dtype": sig.dtype, "peer": is_peer}
+        for path in paths(registry, op, sig):
+            what = path.what
+            row: dict[str, Any] = {"op": op.name, "path": what, "shape": sig.shape, "dtype": sig.dtype, "peer": path.peer,
+                                   "allocates": path.allocates}  # fmt: skip
             try:
-                call = make()
+                call = path.make()
                 if call is None:
                     continue
                 figures = host_time(call, CALLS, ROUNDS)

@@ -24,6 +24,7 @@ tuple of new gradient tensors), else the op's backward formula, else autograd th
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -109,7 +110,7 @@ class Plan:
     why: str = ""
     peer_reason: str = ""  # why the peer runs when there is no launcher left
     fallback: bool = False  # the peer runs because no kernel takes the inputs (warned once per reason)
-    run: Callable[[Sequence[Any]], Any] | None = None  # built by Dispatcher.prepare
+    run: Callable[..., Any] | None = None  # built by Dispatcher.prepare: run(*inputs) -> outputs
     source: str = ""  # what decided: "tuning", "cache" or "prior" (empty: nothing to decide)
 
     def describe(self, op: str) -> str:
@@ -167,7 +168,7 @@ class Dispatcher:
                 if len(self._plans) >= PLAN_CACHE_SIZE:
                     self._plans.clear()
                 self._plans[key] = plan
-        return plan.run(inputs)  # type: ignore[misc]
+        return plan.run(*inputs)  # type: ignore[misc]
 
     def prepare(self, plan: Plan, inputs: Sequence[Any]) -> None:
         """Build ``plan.run`` for calls of this signature: everything the signature fixes (views,
@@ -194,7 +195,7 @@ class Dispatcher:
             only = layouts[0]
             shape, dtype, device, kernel_shape = only.shape, only.dtype, only.device, only.kernel_shape
 
-            def run(inputs: Sequence[Any]) -> Any:
+            def run(*inputs: Any) -> Any:
                 out = empty(shape, dtype=dtype, device=device)
                 if identity:
                     kernel_inputs = inputs
@@ -206,30 +207,30 @@ class Dispatcher:
                     launch(*kernel_inputs, out=out if kernel_shape is None else out.view(kernel_shape), **params)
                 except InputError as e:
                     self._refused(plan, name, e, inputs)
-                    return plan.run(inputs)  # type: ignore[misc]
+                    return plan.run(*inputs)  # type: ignore[misc]
                 return out
 
         else:
             allocate = [_allocator(layout) for layout in layouts]
             kernel_shapes = [layout.kernel_shape for layout in layouts]
 
-            def run(inputs: Sequence[Any]) -> Any:
+            def run(*inputs: Any) -> Any:
                 outs = tuple([new() for new in allocate])
                 kernel_outs = tuple([o if s is None else o.view(s) for o, s in zip(outs, kernel_shapes)])
                 try:
                     launch(*to_kernel(inputs), out=kernel_outs if several else kernel_outs[0], **params)
                 except InputError as e:
                     self._refused(plan, name, e, inputs)
-                    return plan.run(inputs)  # type: ignore[misc]
+                    return plan.run(*inputs)  # type: ignore[misc]
                 return outs if several else outs[0]
 
         plan.run = run
         where = getattr(inputs[0], "device", None) if inputs else None
         if getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1:
             # Triton launches on the current device; inputs on another GPU must run there.
-            def on_their_device(inputs: Sequence[Any]) -> Any:
+            def on_their_device(*inputs: Any) -> Any:
                 with torch.cuda.device(where):
-                    return run(inputs)
+                    return run(*inputs)
 
             plan.run = on_their_device
 
@@ -304,7 +305,7 @@ class Dispatcher:
         self.prepare(plan, inputs)
 
     # -- the peer ------------------------------------------------------------------------------
-    def peer_run(self, plan: Plan) -> Callable[[Sequence[Any]], Any]:
+    def peer_run(self, plan: Plan) -> Callable[..., Any]:
         """Calls of the peer for inputs of this signature. The peer is called as torch code is
         (``out=None``: it returns its outputs), which costs the caller least; where its outputs
         are not what the op lays out (a dtype, a shape), or it wants ``out=``, it writes into
@@ -322,7 +323,7 @@ class Dispatcher:
         def failed(e: Exception) -> InputError:
             return InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}")
 
-        def into_outputs(inputs: Sequence[Any]) -> Any:
+        def into_outputs(*inputs: Any) -> Any:
             outs = tuple([new() for new in allocate])
             try:
                 peer(*inputs, out=outs if several else outs[0], **params)
@@ -332,35 +333,35 @@ class Dispatcher:
                 raise failed(e) from e
             return outs if several else outs[0]
 
-        def functional(inputs: Sequence[Any]) -> Any:
-            return peer(*inputs, out=None, **params)
+        # the peer as torch code is called: a C-level partial, no Python frame of tkreg's own
+        functional = functools.partial(peer, out=None, **params)
 
-        def first(inputs: Sequence[Any]) -> Any:
+        def first(*inputs: Any) -> Any:
             """The first call decides which way the peer is called for this signature."""
             try:
-                got = as_tuple(functional(inputs))
+                got = as_tuple(functional(*inputs))
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError):
                 plan.run = into_outputs
-                return into_outputs(inputs)
+                return into_outputs(*inputs)
             fits = len(got) in (len(layouts), len(returned)) and all(
                 tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype
                 for t, layout in zip(got, layouts if len(got) == len(layouts) else [layouts[i] for i in returned])
             )
             if not fits:
                 plan.run = into_outputs
-                return into_outputs(inputs)
+                return into_outputs(*inputs)
             if len(got) == len(layouts):
                 plan.run = functional
                 return got if several else got[0]
 
             internal = [(i, new) for i, new in enumerate(allocate) if i not in returned]
 
-            def with_internal(inputs: Sequence[Any]) -> Any:
+            def with_internal(*inputs: Any) -> Any:
                 # the peer returns what callers get; the kernels' own outputs are allocated, unwritten
                 outs: list[Any] = [None] * len(allocate)
-                for i, t in zip(returned, as_tuple(functional(inputs))):
+                for i, t in zip(returned, as_tuple(functional(*inputs))):
                     outs[i] = t
                 for i, new in internal:
                     outs[i] = new()
@@ -643,8 +644,6 @@ class Dispatcher:
 
 def _allocator(layout: OutputLayout) -> Callable[[], Any]:
     """A new tensor of this layout per call, with everything but the allocation bound now."""
-    import functools
-
     import torch
 
     if layout.stride is None:

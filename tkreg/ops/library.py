@@ -343,7 +343,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
             else:
                 plan = plans.get((tuple(key), defaults) if defaults else tuple(key))
                 if plan is not None and not is_in_torch_dispatch_mode():
-                    return plan.run(inputs) if pick is None else pick(plan.run(inputs))
+                    return plan.run(*inputs) if pick is None else pick(plan.run(*inputs))
         return run(inputs, params) if pick is None else pick(run(inputs, params))
 
     call.__name__ = call.__qualname__ = op.name

@@ -228,17 +228,19 @@ def _costs_line(costs: Mapping[str, Any]) -> str:
 
 
 def host_table(document: Mapping[str, Any]) -> str:
-    """The host suite: per op and path, us per call and the queueing alone, against the peer's."""
+    """The host suite: per op and path, us per call and the queueing alone, against the peer's call
+    that allocates as this path does (its own outputs, or a given one)."""
     rows = list(document.get("rows") or [])
-    peer_us = {r["op"]: r["us_per_call"] for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}
+    peer_us = {(r["op"], bool(r.get("allocates"))): r["us_per_call"]
+               for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}  # fmt: skip
     body = []
     for r in rows:
-        us = r.get("us_per_call")
-        ratio = us / peer_us[r.get("op")] if _is_number(us) and r.get("op") in peer_us else None
+        us, base = r.get("us_per_call"), (r.get("op"), bool(r.get("allocates")))
+        ratio = us / peer_us[base] if _is_number(us) and base in peer_us else None
         shape = " ".join(x for x in (str(r.get("shape", "")), SHORT_NAMES.get(str(r.get("dtype", "")), "")) if x)
         body.append([str(r.get("op", "-")), str(r.get("path", "")), shape or "-", _us(us), _us(r.get("host_us")),
                      "-" if ratio is None else f"{ratio:.2f}x"])  # fmt: skip
-    headers = ["op", "what is called", "input", "us per call", "of which queueing", "x the peer's"]
+    headers = ["op", "what is called", "input", "us per call", "of which queueing", "x the peer's, allocating alike"]
     return table(headers, body, [False, False, False, True, True, True])
 
 

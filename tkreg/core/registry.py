@@ -10,6 +10,7 @@ the core knows no measurement. Answers with inputs are cached per input signatur
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Callable, Sequence
@@ -348,9 +349,15 @@ def input_constraint_reasons(kernel: Kernel, inputs: Sequence[Any], config: dict
     if kernel.requires.inputs is None:
         return []
     check = refs.resolve(kernel.requires.inputs)
-    if "config" in inspect.signature(check).parameters:
+    if _takes_config(check):
         return list(check(*inputs, config=config))
     return list(check(*inputs))
+
+
+@functools.lru_cache(maxsize=1024)
+def _takes_config(check: Callable[..., Any]) -> bool:
+    """Whether an input check takes ``config=`` (asked per plan: inspect.signature is slow)."""
+    return "config" in inspect.signature(check).parameters
 
 
 def unmet_requirements(kernel: Kernel, platform: Platform) -> list[str]:
@@ -391,6 +398,7 @@ def _capability_words(kernel: Kernel, lo: caps.Capability, hi: caps.Capability, 
     return f"{words} ({req.note})" if req.note else words
 
 
+@functools.lru_cache(maxsize=256)  # asked per kernel per plan, with the same few versions and specs
 def _version_in(version: str, spec: str) -> bool:
     try:
         # Local build tags (3.6.0+git...) and pre-releases count as the release they build on.

@@ -69,7 +69,8 @@ def test_sum_row_gradient_reaches_every_element_of_its_row(ops: Any, device: str
 
 class MatmulSpy:
     """A matmul kernel that records the layouts it is called with and runs the portable kernel:
-    it ranks first, so every matmul tkreg.ops runs passes through it."""
+    it ranks first, so every matmul tkreg.ops runs passes through it (where nothing is timed:
+    see ``by_priority``)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
@@ -85,10 +86,21 @@ class MatmulSpy:
         register(tkreg.Kernel(name="matmul_spy", op="matmul", launcher=self, interpretable=True, priority=1000))
 
 
+def by_priority(monkeypatch: pytest.MonkeyPatch, *plugins: Any) -> Any:
+    """tkreg.ops over the installed plugins and ``plugins``, ranking kernels by priority alone: no
+    tuning and no shipped wall times, so that on a GPU too the spy, not a faster kernel, runs."""
+    from tkreg.ops.walltime import rank_by
+
+    monkeypatch.setenv("TKREG_TUNE", "0")
+    registry = registry_with(*plugins)
+    rank_by(registry, None)
+    return install(registry)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_matmul_gradients_run_through_registered_kernels(device: str, dtype: Any) -> None:
+def test_matmul_gradients_run_through_registered_kernels(device: str, dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     spy = MatmulSpy()
-    ops = install(registry_with(spy))
+    ops = by_priority(monkeypatch, spy)
     try:
         a = _leaf(2, 5, 40, dtype=dtype, device=device, seed=7)
         weight = _leaf(24, 40, dtype=dtype, device=device, seed=8)  # (N, K), used as F.linear does: a @ weight.t()
@@ -117,9 +129,9 @@ def test_matmul_gradient_of_a_vector(ops: Any, device: str) -> None:
     assert_matmul_close(b.grad, torch.outer(a.detach().double(), grad.double()), k=1)
 
 
-def test_matmul_formula_skips_the_gradient_nobody_needs(device: str) -> None:
+def test_matmul_formula_skips_the_gradient_nobody_needs(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     spy = MatmulSpy()
-    ops = install(registry_with(spy))
+    ops = by_priority(monkeypatch, spy)
     try:
         a = _leaf(2, 5, 40, dtype=torch.float16, device=device, seed=14)
         weight = randn(24, 40, dtype=torch.float16, device=device, seed=15)  # frozen
@@ -325,3 +337,16 @@ def test_eager_operator_calls_dispatch_without_torchs_redispatch(recorded: None,
         moded = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]
     assert "tkreg.toy_rms_norm.default" in seen and backend_entries  # a dispatch mode still sees the operator
     assert torch.equal(plain, moded)
+
+
+def test_the_eager_path_is_installed_quietly_where_warnings_are_errors() -> None:
+    """torch warns once per process when a kernel is replaced: installing must not let that
+    warning out (under -W error it would cost the op its torch operator)."""
+    import subprocess
+    import sys
+
+    script = ("import torch, tkreg.ops as ops; from tkreg.ops.library import _REGISTERED; ops.names(); "
+              "print(sorted(name for name, (_, slot, _) in _REGISTERED.items() if slot.differentiable is None))")
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"  # every op's operator takes eager calls the short way

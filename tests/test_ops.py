@@ -158,7 +158,8 @@ def test_a_repeated_signature_does_no_ranking(ops: Any, device: str, monkeypatch
     registry = tkreg.default_registry()
     calls = []
     original = registry.ranking
-    monkeypatch.setattr(registry, "ranking", lambda *a, **k: calls.append(a) or original(*a, **k))
+    # a plan asks the registry which kernels take the inputs, then (nothing measured here) the rankers
+    monkeypatch.setattr(registry, "ranking", lambda *a, **k: (k.get("ranked", True) and calls.append(a)) or original(*a, **k))
     a, b = (randn(12, 20, dtype=torch.float32, device=device, seed=s) for s in (18, 19))
     for _ in range(3):
         ops.add(a, b)
@@ -180,6 +181,26 @@ def test_a_third_party_op_is_callable_as_tkreg_ops_and_torch_ops(device: str) ->
         assert "toy_mul" in ops.names() and "calls toy_mul_torch" in ops.explain("toy_mul", x, y)
         with pytest.raises(tkreg.InputError, match=r"tkreg.ops.toy_mul: toy_mul takes 2 tensor\(s\) \(x, y\), got 1"):
             ops.toy_mul(x)  # the arity of the op's reference implementation
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_a_plan_imports_only_the_launchers_it_runs(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded: list[str] = []
+    load = tkreg.Kernel.load
+    monkeypatch.setattr(tkreg.Kernel, "load", lambda kernel: loaded.append(kernel.name) or load(kernel))
+    plugin = ToyPlugin(toy_kernel("toy_mul_picky", toy_mul_refusing, priority=10), toy_kernel("toy_mul_torch", toy_mul_torch))
+    ops = install(registry_with(plugin))
+    try:
+        even = randn(4, 8, dtype=torch.float32, device=device, seed=26)
+        said = ops.explain("toy_mul", even, even)
+        assert said.startswith("tkreg.ops.toy_mul calls toy_mul_picky (toy_mul_picky > toy_mul_torch)")
+        assert loaded == []  # explaining a plan imports nothing
+        assert torch.equal(ops.toy_mul(even, even), even * even)
+        assert loaded == ["toy_mul_picky"]  # its fallback is listed, not imported
+        odd = randn(3, 8, dtype=torch.float32, device=device, seed=27)
+        assert torch.equal(ops.toy_mul(odd, odd), odd * odd)  # picky refuses 3 rows: the fallback is imported now
+        assert loaded == ["toy_mul_picky", "toy_mul_torch"]
     finally:
         tkreg.ops.uninstall()
 

@@ -83,8 +83,13 @@ def test_the_first_call_of_a_bucket_times_every_candidate_once_and_runs_the_fast
     # A new process over the same cache: the choice is read, nothing is timed.
     TIMED.clear()
     fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    registry = fresh._installed["registry"]
+    asked: list[bool] = []
+    ranking = registry.ranking
+    registry.ranking = lambda *a, **k: asked.append(k.get("ranked", True)) or ranking(*a, **k)
     fresh.toy_mul(x, y)
     assert TIMED == []
+    assert asked == [False]  # the kernels that take the inputs; the rankers' prior is not worked out
     assert "from the tuning cache" in fresh.explain("toy_mul", x, y)
 
 

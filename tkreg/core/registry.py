@@ -256,19 +256,22 @@ class Registry:
         capability: str | caps.Capability | Platform | None = None,
         inputs: Sequence[Any] | None = None,
         direction: str = "forward",
+        ranked: bool = True,
     ) -> Ranking:
         """The answer behind :meth:`explain` and :meth:`lookup`, with the peer's standing;
-        cached per (op, platform, input signature)."""
+        cached per (op, platform, input signature). Without ``ranked``, the rankers are not asked:
+        the kernels that take the inputs, in priority and score order (for a caller that has a
+        measured order of its own)."""
         platform = platform_for(capability)
         signature = () if inputs is None else inputs_key(inputs)
         if direction not in ("forward", "backward"):
             raise ValueError(f"direction must be 'forward' or 'backward', got {direction!r}")
-        key = None if signature is None else (op, platform, capability is None, signature, direction)
+        key = None if signature is None else (op, platform, capability is None, signature, direction, ranked)
         if key is not None:
             cached = self._rankings.get(key)
             if cached is not None:
                 return cached
-        result = self._rank(op, platform, capability is None, inputs, direction)
+        result = self._rank(op, platform, capability is None, inputs, direction, ranked)
         if key is not None:
             if len(self._rankings) >= RANKING_CACHE_SIZE:
                 self._rankings.clear()
@@ -294,12 +297,14 @@ class Registry:
         """Drop cached answers (a ranker's data changed)."""
         self._rankings.clear()
 
-    def _rank(self, op: str, platform: Platform, here: bool, inputs: Sequence[Any] | None, direction: str) -> Ranking:
+    def _rank(
+        self, op: str, platform: Platform, here: bool, inputs: Sequence[Any] | None, direction: str, ranked: bool = True
+    ) -> Ranking:
         op_spec = self.op(op)
         verdicts = [self._judge(k, platform, inputs, here) for k in self.kernels(op, direction)]
         runnable = sorted((v for v in verdicts if v.runs), key=_rank_key)
         rejected = tuple(v for v in verdicts if not v.runs)
-        if inputs is not None and runnable and direction == "forward":
+        if ranked and inputs is not None and runnable and direction == "forward":
             for ranker in self._rankers:
                 ranked = ranker(self, op_spec, platform, runnable, inputs)
                 if ranked is not None:

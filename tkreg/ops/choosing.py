@@ -21,6 +21,7 @@ from ..core.platform import driver_version, installed_version
 from ..core.registry import Registry
 from ..core.specs import Kernel, Op
 from . import tuning
+from .deferred import loaded
 from .forms import Form, OutputLayout, as_tuple
 from .tuning import PEER, Candidate, Choice, Tuner, TuningCache
 
@@ -102,6 +103,16 @@ class Chooser:
                 return Decision(prior.launchers, f"{prior.why} (prior: no candidate could be timed)", "prior")
         return self._ordered(choice, kernels, launcher)
 
+    def cached(
+        self, kernels: Sequence[Kernel], launcher: Callable[[Kernel], Callable[..., Any]], kernel_inputs: Sequence[Any],
+        params: dict[str, Any],
+    ) -> Decision | None:
+        """The order the bucket's choice (made in this process or read from the cache) gives,
+        without timing or the prior; None where the bucket has none."""
+        device = self.device(kernel_inputs)
+        choice = self.known(kernel_inputs, params, device) if device is not None else None
+        return None if choice is None else self._ordered(choice, kernels, launcher)
+
     def _ordered(self, choice: Choice, kernels: Sequence[Kernel], launcher: Callable[[Kernel], Callable[..., Any]]) -> Decision:
         """The choice first, then the other kernels in the registry's order (fallbacks should the
         first refuse a call)."""
@@ -137,7 +148,7 @@ class Chooser:
             calls[Candidate(None)] = self._peer_call(inputs, layouts, params)
         extra: dict[Candidate, Callable[[], Any]] = {}
         for kernel in kernels:
-            launch = launcher(kernel)
+            launch = loaded(launcher(kernel))  # timed now: imported now
             for i, config in enumerate(self.tune_configs(kernel, kernel_inputs, params)):
                 call = _KernelCall(launch, kernel_inputs, layouts, several, {**params, **config})
                 (calls if i == 0 else extra)[Candidate(kernel.name, config)] = call

@@ -38,6 +38,7 @@ from ..core.registry import Ranking, Registry
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Kernel, Op
 from .choosing import Chooser, Decision
+from .deferred import Deferred, loaded
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
 from .tuning import PEER
 
@@ -180,6 +181,8 @@ class Dispatcher:
             return
 
         name, launch = plan.launchers[0]
+        launch = loaded(launch)
+        plan.launchers[0] = (name, launch)
         view = plan.view
         assert view is not None  # a plan with launchers always has a view
         shapes = view.shapes
@@ -252,19 +255,25 @@ class Dispatcher:
             return Plan(None, self.form.output_layouts(inputs, None, params), params, peer_reason=view, fallback=True)
         outputs = self.form.output_layouts(inputs, view, params)
         note = f"{view.note}: " if view.note else ""
-        ranking = self.registry.ranking(self.op.name, None, kernel_inputs)
+        # The kernels that take the inputs, then the bucket's measured choice where there is one;
+        # only without it the rankers' estimates (the prior), which cost far more to work out.
+        ranking = self.registry.ranking(self.op.name, None, kernel_inputs, ranked=False)
         skipped: list[str] = []
         kernels = self._without_writers(ranking.runnable, skipped)
         if not kernels:
             reason = f"{note}no registered kernel takes these inputs: {_rejections(ranking, skipped)}"
             return Plan(view, outputs, params, peer_reason=reason, fallback=True)
-        if ranking.prefer_peer:
-            prior = Decision([], f"faster for these inputs: {ranking.peer_ranking}", "prior")
-        else:
-            first = next(v for v in ranking.verdicts if v.kernel is kernels[0])
-            why = first.ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")
-            prior = Decision([(k.name, self.launcher(k)) for k in kernels], why, "prior")
-        decision = self.chooser.decide(kernels, self.launcher, inputs, kernel_inputs, outputs, params, prior, tune)
+        decision = self.chooser.cached(kernels, self.deferred, kernel_inputs, params)
+        if decision is None:
+            ranking = self.registry.ranking(self.op.name, None, kernel_inputs)
+            kernels = self._without_writers(ranking.runnable, [])
+            if ranking.prefer_peer:
+                prior = Decision([], f"faster for these inputs: {ranking.peer_ranking}", "prior")
+            else:
+                first = next(v for v in ranking.verdicts if v.kernel is kernels[0])
+                why = first.ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")
+                prior = Decision([(k.name, self.deferred(k)) for k in kernels], why, "prior")
+            decision = self.chooser.decide(kernels, self.deferred, inputs, kernel_inputs, outputs, params, prior, tune)
         if decision.peer:
             plan = Plan(view, outputs, params, peer_reason=f"faster for these inputs: {decision.why}", source=decision.source)
         else:
@@ -291,6 +300,14 @@ class Dispatcher:
         if fn is None:
             fn = self._launchers[kernel.name] = kernel.load()
         return fn
+
+    def deferred(self, kernel: Kernel) -> Callable[..., Any]:
+        """The kernel's launcher, or where it is not imported yet, a stand-in that imports it when
+        first called: a plan lists fallbacks it may never run, and a cached choice of the peer
+        runs none, while importing a kernel module costs milliseconds (Triton reads each
+        kernel's source)."""
+        fn = self._launchers.get(kernel.name)
+        return fn if fn is not None else Deferred(functools.partial(self.launcher, kernel))
 
     def _refused(self, plan: Plan, name: str, error: InputError, inputs: Sequence[Any]) -> None:
         """A launcher refused inputs its declared checks let through: drop it for this signature
@@ -441,7 +458,7 @@ class Dispatcher:
                 plan.reasons.append(f"the outputs or their gradients cannot be viewed as kernel inputs without a copy ({e})")
             else:
                 plan.view, plan.outputs = view, layouts
-                plan.launchers = [(k.name, self.launcher(k)) for k in kernels]
+                plan.launchers = [(k.name, self.deferred(k)) for k in kernels]
                 if not kernels:
                     plan.reasons = [f"no backward kernel takes these inputs: {_rejections(ranking, plan.reasons)}"]
         self._prepare_backward(plan)
@@ -488,6 +505,8 @@ class Dispatcher:
         import torch
 
         name, launch = plan.launchers[0]
+        launch = loaded(launch)
+        plan.launchers[0] = (name, launch)
         view, layouts, params = plan.view, plan.outputs, plan.params
         assert view is not None
         grad_index = self.grad_index

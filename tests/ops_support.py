@@ -223,6 +223,16 @@ def rms_peer(x: Any, weight: Any, out: Any = None, eps: float = 1e-6) -> Any:
     return out
 
 
+def rms_peer_y_only(x: Any, weight: Any, out: Any = None, eps: float = 1e-6) -> Any:
+    """A peer as torch's own norms are: it computes y only (rstd is the kernels' own)."""
+    _record("rms_peer", (x, weight), eps=eps)
+    y = _rms(x, weight, eps)[0]
+    if out is None:
+        return (y,)
+    out[0].copy_(y)
+    return out
+
+
 def rms_torch(x: Any, weight: Any, out: Any, eps: float) -> Any:
     """A forward "kernel" of torch ops that takes 2-D rows only (as a Triton kernel would)."""
     _record("rms_torch", (x, weight, *out), eps=eps)
@@ -281,8 +291,11 @@ class RmsPlugin:
     """Registers op toy_rms_norm (a parameter, two outputs, gradients) with the pieces asked for:
     a forward kernel, backward kernels, a formula, a peer."""
 
-    def __init__(self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool = True) -> None:
+    def __init__(
+        self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool = True, peer_y_only: bool = False
+    ) -> None:
         self.kernels, self.formula, self.peer, self.grads = kernels, formula, peer, grads
+        self.peer_fn = rms_peer_y_only if peer_y_only else rms_peer
 
     @tkreg.hookimpl
     def tkreg_register_ops(self, register: Any) -> None:
@@ -296,7 +309,7 @@ class RmsPlugin:
                 dtypes=("float32",),
                 tolerances={"float32": tkreg.Tolerance(1e-5, 1e-5)},
                 cost=toy_cost_rows,
-                peer=rms_peer if self.peer else None,
+                peer=self.peer_fn if self.peer else None,
                 peer_name="rms_peer" if self.peer else "",
                 inputs=("x", "weight"),
                 params=(tkreg.Param("eps", 1e-6, values=(1e-6, 0.5)),),

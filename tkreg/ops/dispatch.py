@@ -113,6 +113,7 @@ class Plan:
     fallback: bool = False  # the peer runs because no kernel takes the inputs (warned once per reason)
     run: Callable[..., Any] | None = None  # built by Dispatcher.prepare: run(*inputs) -> outputs
     source: str = ""  # what decided: "tuning", "cache" or "prior" (empty: nothing to decide)
+    complete: bool = True  # every output is written (False: a peer left the kernels' own unwritten)
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -132,6 +133,7 @@ class BackwardPlan:
     launchers: list[tuple[str, Callable[..., Any]]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     dense_grads: bool = False  # upstream gradients are copied to contiguous ones for the kernels
+    unwritten: bool = False  # the forward left outputs unwritten: neither kernels nor the formula may read them
     run: Callable[..., tuple[Any, ...]] | None = None
 
 
@@ -147,6 +149,8 @@ class Dispatcher:
         self.several = len(op.outputs) > 1
         self.grad_index = tuple(op.inputs.index(g) for g in op.grads)
         self.differentiable = tuple(i for i, o in enumerate(op.outputs) if o.differentiable)
+        # outputs only kernels compute (an rstd kept for the backward): a peer may not write them
+        self.kernels_own_outputs = any(not o.returned for o in op.outputs)
         self._plans: dict[Any, Plan] = {}
         self._backward_plans: dict[Any, BackwardPlan] = {}
         self._launchers: dict[str, Callable[..., Any]] = {}
@@ -360,14 +364,14 @@ class Dispatcher:
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError):
-                plan.run = into_outputs
+                plan.run, plan.complete = into_outputs, not self.kernels_own_outputs
                 return into_outputs(*inputs)
             fits = len(got) in (len(layouts), len(returned)) and all(
                 tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype
                 for t, layout in zip(got, layouts if len(got) == len(layouts) else [layouts[i] for i in returned])
             )
             if not fits:
-                plan.run = into_outputs
+                plan.run, plan.complete = into_outputs, not self.kernels_own_outputs  # it may fill what it returns only
                 return into_outputs(*inputs)
             if len(got) == len(layouts):
                 plan.run = functional
@@ -384,7 +388,7 @@ class Dispatcher:
                     outs[i] = new()
                 return tuple(outs)
 
-            plan.run = with_internal
+            plan.run, plan.complete = with_internal, False
             outs = [None] * len(allocate)
             for i, t in zip(returned, got):
                 outs[i] = t
@@ -440,7 +444,11 @@ class Dispatcher:
             self._prepare_backward(plan)
             return plan
         view = self.form.kernel_view(inputs)
-        if not isinstance(view, KernelView):
+        unwritten = self._unwritten_outputs(inputs, values) if self.kernels_own_outputs else ""
+        if unwritten:
+            plan.unwritten = True
+            plan.reasons.append(unwritten)
+        elif not isinstance(view, KernelView):
             plan.reasons.append(view)
         elif view.selects:
             plan.reasons.append(f"{view.note or 'inputs taken once for every batch'}: their gradients are not views")
@@ -463,6 +471,20 @@ class Dispatcher:
                     plan.reasons = [f"no backward kernel takes these inputs: {_rejections(ranking, plan.reasons)}"]
         self._prepare_backward(plan)
         return plan
+
+    def _unwritten_outputs(self, inputs: Sequence[Any], values: tuple[Any, ...]) -> str:
+        """Why the kernels' own outputs of the forward of these inputs may hold garbage; empty
+        where the forward wrote them all (a kernel ran it, or a peer that returns every output)."""
+        key: Any = _tensor_key(inputs)
+        if key is not None and values:
+            key = (key, values)
+        forward = self._plans.get(key) if key is not None else None
+        own = ", ".join(o.name for o in self.op.outputs if not o.returned)
+        if forward is None or forward.run is None:
+            return f"the forward of these inputs was not planned here (traced, or forgotten), so {own} may be unwritten"
+        if forward.launchers or forward.complete:
+            return ""
+        return f"the forward ran the peer {self.op.peer_name}, which leaves {own} unwritten"
 
     def _backward_kernels(
         self,
@@ -490,7 +512,7 @@ class Dispatcher:
             message = (f"tkreg.ops.{self.op.name} has no gradient: op {self.op.name!r} declares no differentiable inputs "
                        "(Op(grads=...) names none)")
             plan.run = _raiser(message)
-        elif self.op.backward is not None:
+        elif self.op.backward is not None and not plan.unwritten:
             plan.run = self._formula_run(plan)
             log.info("tkreg.ops.%s backward uses its formula: %s", self.op.name, "; ".join(plan.reasons))
         elif self.op.peer is not None:

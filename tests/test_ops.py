@@ -17,6 +17,7 @@ from tests.ops_support import (  # noqa: E402
     ToyPlugin,
     assert_matmul_close,
     assert_sum_close,
+    choice_by_priority,
     device_or_skip,
     install,
     installed_ops,
@@ -33,6 +34,11 @@ from tkreg.ops import PeerFallbackWarning  # noqa: E402
 
 device = pytest.fixture(scope="module")(device_or_skip)
 ops = pytest.fixture(installed_ops)
+
+
+@pytest.fixture(autouse=True)
+def kernels_by_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    choice_by_priority(monkeypatch, interpreter=False)  # the interpreter is on for the whole process or not at all
 
 
 def _exact_sum(a: Any, b: Any) -> Any:

@@ -20,6 +20,7 @@ from tests.ops_support import (  # noqa: E402
     RmsPlugin,
     assert_matmul_close,
     calls,
+    choice_by_priority,
     device_or_skip,
     install,
     installed_ops,
@@ -36,10 +37,8 @@ ops = pytest.fixture(installed_ops)
 
 
 @pytest.fixture(autouse=True)
-def kernels_may_run_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy kernels here are torch code. Without a GPU the registry runs kernels on CPU tensors
-    only with the Triton interpreter on (as Triton kernels need it), so say it is on."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def kernels_by_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    choice_by_priority(monkeypatch)
 
 
 def _leaf(*shape: int, dtype: Any, device: str, seed: int) -> Any:
@@ -252,6 +251,29 @@ def test_gradients_through_the_peer_skip_integer_inputs(recorded: None) -> None:
         ops.toy_pick(x, target).backward(grad)
     want = torch.zeros(2, 3, 7, device=DEVICE).scatter_(-1, target.unsqueeze(-1), grad.unsqueeze(-1))
     assert torch.equal(x.grad, want)
+
+
+def test_compiled_gradients_through_the_peer_are_the_eager_ones(recorded: None) -> None:
+    """Compiled, the backward runs below autograd (inside torch.ops.tkreg_backward): the peer's
+    recompute must still record its graph, or every gradient would come out zero."""
+    ops = install(registry_with(ContractsPlugin()))
+    torch._dynamo.reset()
+    try:
+        target = torch.randint(0, 7, (2, 3), device=DEVICE)
+        eager, compiled = (torch.randn(2, 3, 7, device=DEVICE).requires_grad_() for _ in range(2))
+        with torch.no_grad():
+            compiled.copy_(eager)
+        grad = torch.randn(2, 3, device=DEVICE)
+
+        def loss(x: Any) -> Any:
+            return (ops.toy_pick(x, target) * grad).sum()
+
+        with pytest.warns(tkreg.ops.PeerFallbackWarning, match="differentiates through its peer"):
+            loss(eager).backward()
+        torch.compile(loss, fullgraph=True, backend="aot_eager")(compiled).backward()
+        assert eager.grad.abs().sum() > 0 and torch.equal(compiled.grad, eager.grad)
+    finally:
+        torch._dynamo.reset()
 
 
 @pytest.mark.parametrize(

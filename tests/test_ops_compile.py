@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 import tkreg  # noqa: E402
 from tests.ops_support import (  # noqa: E402
     ToyPlugin,
+    choice_by_priority,
     device_or_skip,
     install,
     installed_ops,
@@ -25,6 +26,11 @@ from tests.ops_support import (  # noqa: E402
 
 device = pytest.fixture(scope="module")(device_or_skip)
 ops = pytest.fixture(installed_ops)
+
+
+@pytest.fixture(autouse=True)
+def kernels_by_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    choice_by_priority(monkeypatch, interpreter=False)  # the interpreter is on for the whole process or not at all
 
 TMA_CHECKS = "tkreg.launch.inputs:tma_inputs_reasons"
 

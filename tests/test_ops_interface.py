@@ -25,6 +25,7 @@ from tests.ops_support import (  # noqa: E402
     RmsPlugin,
     ToyPlugin,
     calls,
+    choice_by_priority,
     install,
     registry_with,
     rms_kernel,
@@ -36,10 +37,8 @@ from tests.ops_support import (  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def kernels_may_run_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy kernels here are torch code. Without a GPU the registry runs kernels on CPU tensors
-    only with the Triton interpreter on (as Triton kernels need it), so say it is on."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def kernels_by_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    choice_by_priority(monkeypatch)
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

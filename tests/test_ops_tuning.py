@@ -17,6 +17,7 @@ from tkreg.ops import choosing, tuning
 
 torch = pytest.importorskip("torch")
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Simulated time per call (ms) of each candidate, by label.
 SPEED = {"toy_fast": 0.010, "toy_slow": 0.030, "peer": 0.020}
 TIMED: list[str] = []
@@ -39,7 +40,8 @@ def fake_clock(call: Any, n: int) -> float:
 
 @pytest.fixture
 def gpu_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """CPU tensors count as on CUDA device 0; timing reads the table above; the cache is private."""
+    """Tensors count as on CUDA device 0 (on the CPU too); timing reads the table above; the
+    cache is private."""
     monkeypatch.setattr(choosing, "cuda_device", lambda tensors: 0)
     monkeypatch.setattr(choosing, "_device_name", lambda device: "Simulated GPU")
     monkeypatch.setattr(choosing, "_capturing_or_tracing", lambda: False)
@@ -47,8 +49,8 @@ def gpu_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(tuning, "_cuda_clock", fake_clock)
     monkeypatch.setenv(tuning.ENV_CACHE, str(tmp_path))
     monkeypatch.delenv(tuning.ENV_TUNE, raising=False)
-    # the toy kernels are torch code; the registry runs kernels on CPU tensors only with the interpreter on
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if DEVICE == "cpu":  # the toy kernels are torch code; the registry runs kernels on CPU tensors only with the interpreter on
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     TIMED.clear()
     yield tmp_path
 
@@ -69,12 +71,12 @@ def two_kernels() -> Iterator[Any]:
 
 
 def test_the_first_call_of_a_bucket_times_every_candidate_once_and_runs_the_fastest(gpu_like: Path, two_kernels: Any) -> None:
-    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     out = two_kernels.toy_mul(x, y)
     torch.testing.assert_close(out, x * y)
     assert set(TIMED) == {"toy_fast", "toy_slow", "peer"}
     timed = len(TIMED)
-    two_kernels.toy_mul(torch.randn(60, 60), torch.randn(60, 60))  # same bucket (<= 64): no timing
+    two_kernels.toy_mul(torch.randn(60, 60, device=DEVICE), torch.randn(60, 60, device=DEVICE))  # same bucket (<= 64): no timing
     assert len(TIMED) == timed
     text = two_kernels.explain("toy_mul", x, y)
     assert text.startswith("tkreg.ops.toy_mul calls toy_fast")
@@ -95,7 +97,7 @@ def test_the_first_call_of_a_bucket_times_every_candidate_once_and_runs_the_fast
 
 def test_the_peer_runs_when_it_is_fastest(gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any) -> None:
     monkeypatch.setitem(SPEED, "peer", 0.005)
-    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    x, y = torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert two_kernels.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer: faster for these inputs: peer")
 
@@ -104,7 +106,7 @@ def test_with_tuning_off_the_prior_decides_and_explain_says_what_a_call_would_ti
     gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
     monkeypatch.setenv(tuning.ENV_TUNE, "0")
-    x, y = torch.randn(16, 16), torch.randn(16, 16)
+    x, y = torch.randn(16, 16, device=DEVICE), torch.randn(16, 16, device=DEVICE)
     two_kernels.toy_mul(x, y)
     assert TIMED == []
     text = two_kernels.explain("toy_mul", x, y)
@@ -113,14 +115,14 @@ def test_with_tuning_off_the_prior_decides_and_explain_says_what_a_call_would_ti
 
 
 def test_explain_never_times(gpu_like: Path, two_kernels: Any) -> None:
-    x, y = torch.randn(16, 16), torch.randn(16, 16)
+    x, y = torch.randn(16, 16, device=DEVICE), torch.randn(16, 16, device=DEVICE)
     two_kernels.explain("toy_mul", x, y)
     assert TIMED == []
 
 
 def test_a_capture_uses_the_prior_and_times_nothing(gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any) -> None:
     monkeypatch.setattr(choosing, "_capturing_or_tracing", lambda: True)
-    two_kernels.toy_mul(torch.randn(16, 16), torch.randn(16, 16))
+    two_kernels.toy_mul(torch.randn(16, 16, device=DEVICE), torch.randn(16, 16, device=DEVICE))
     assert TIMED == []
 
 
@@ -129,7 +131,7 @@ def test_a_single_way_to_run_is_not_timed(gpu_like: Path) -> None:
 
     tkreg.ops.install(registry_with(ToyPlugin(toy_kernel("toy_fast", toy_fast), peer=False)))  # one kernel, no peer
     try:
-        x, y = torch.randn(4, 4), torch.randn(4, 4)
+        x, y = torch.randn(4, 4, device=DEVICE), torch.randn(4, 4, device=DEVICE)
         torch.testing.assert_close(tkreg.ops.toy_mul(x, y), x * y)
         assert TIMED == []
         assert tkreg.ops.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls toy_fast (toy_fast): the only kernel")
@@ -163,7 +165,7 @@ def test_a_compiled_call_traces_the_peer_where_it_was_measured_fastest_or_nearly
     from torch._functorch.aot_autograd import aot_module_simplified
 
     monkeypatch.setitem(SPEED, "peer", peer_ms)
-    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    x, y = torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
     two_kernels.toy_mul(x, y)  # tunes the bucket
     graphs: list[str] = []
 
@@ -243,7 +245,7 @@ def test_a_spent_budget_still_times_the_peer_and_each_kernels_own_choice_first(
     registry = with_plugins(ToyPlugin(toy_kernel("toy_fast", toy_fast, tune_configs=({"BLOCK": 64},))))
     op = registry.op("toy_mul")
     form = form_for(op)
-    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    x, y = torch.randn(4, 4, device=DEVICE), torch.randn(4, 4, device=DEVICE)
     chooser = Chooser(registry, op, form)
     view = form.kernel_view((x, y))
     layouts = form.output_layouts((x, y), view, {})

@@ -45,6 +45,7 @@ from .tuning import PEER
 log = logging.getLogger("tkreg.ops")
 
 PLAN_CACHE_SIZE = 4096  # signatures remembered per op (and direction) before the cache starts over
+PARTIAL_KEYS_SIZE = 1 << 16  # forward signatures remembered as leaving outputs unwritten
 TRACEABLE = "tkreg_traceable"  # launcher attribute: see tkreg.ops.traceable
 # Stand-in base addresses for deciding at trace time: aligned far beyond any check, and aligned
 # only to the element size (a real tensor's address is always a multiple of it).
@@ -114,6 +115,7 @@ class Plan:
     run: Callable[..., Any] | None = None  # built by Dispatcher.prepare: run(*inputs) -> outputs
     source: str = ""  # what decided: "tuning", "cache" or "prior" (empty: nothing to decide)
     complete: bool = True  # every output is written (False: a peer left the kernels' own unwritten)
+    key: Any = None  # the signature key the plan is kept under
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -155,6 +157,10 @@ class Dispatcher:
         self._backward_plans: dict[Any, BackwardPlan] = {}
         self._launchers: dict[str, Callable[..., Any]] = {}
         self._warned: set[str] = set()
+        # Keys of forwards that left the kernels' own outputs unwritten, kept apart from the plans
+        # (which start over when full) so a backward never mistakes such a forward for a kernel's.
+        self._partial_keys: set[Any] = set()
+        self._partial_forgotten = False
 
     # -- the hot path -----------------------------------------------------------------------
     def __call__(self, *inputs: Any, **params: Any) -> Any:
@@ -166,6 +172,7 @@ class Dispatcher:
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
             plan = self.plan(inputs, values)
+            plan.key = key
             if plan.fallback:
                 self.warn_peer(plan.peer_reason)
             self.prepare(plan, inputs)
@@ -365,6 +372,7 @@ class Dispatcher:
                 raise
             except (RuntimeError, TypeError, ValueError):
                 plan.run, plan.complete = into_outputs, not self.kernels_own_outputs
+                self._note_partial(plan)
                 return into_outputs(*inputs)
             fits = len(got) in (len(layouts), len(returned)) and all(
                 tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype
@@ -372,6 +380,7 @@ class Dispatcher:
             )
             if not fits:
                 plan.run, plan.complete = into_outputs, not self.kernels_own_outputs  # it may fill what it returns only
+                self._note_partial(plan)
                 return into_outputs(*inputs)
             if len(got) == len(layouts):
                 plan.run = functional
@@ -389,6 +398,7 @@ class Dispatcher:
                 return tuple(outs)
 
             plan.run, plan.complete = with_internal, False
+            self._note_partial(plan)
             outs = [None] * len(allocate)
             for i, t in zip(returned, got):
                 outs[i] = t
@@ -472,19 +482,27 @@ class Dispatcher:
         self._prepare_backward(plan)
         return plan
 
+    def _note_partial(self, plan: Plan) -> None:
+        if plan.complete or plan.key is None:
+            return
+        if len(self._partial_keys) >= PARTIAL_KEYS_SIZE:
+            self._partial_keys.clear()
+            self._partial_forgotten = True
+        self._partial_keys.add(plan.key)
+
     def _unwritten_outputs(self, inputs: Sequence[Any], values: tuple[Any, ...]) -> str:
         """Why the kernels' own outputs of the forward of these inputs may hold garbage; empty
-        where the forward wrote them all (a kernel ran it, or a peer that returns every output)."""
+        where the forward wrote them all: a kernel ran it (eagerly, or traced by torch.compile,
+        which never traces a peer that leaves them unwritten), or a peer that returns them all."""
         key: Any = _tensor_key(inputs)
         if key is not None and values:
             key = (key, values)
-        forward = self._plans.get(key) if key is not None else None
         own = ", ".join(o.name for o in self.op.outputs if not o.returned)
-        if forward is None or forward.run is None:
-            return f"the forward of these inputs was not planned here (traced, or forgotten), so {own} may be unwritten"
-        if forward.launchers or forward.complete:
-            return ""
-        return f"the forward ran the peer {self.op.peer_name}, which leaves {own} unwritten"
+        if key is None or key in self._partial_keys:
+            return f"the forward ran the peer {self.op.peer_name}, which leaves {own} unwritten"
+        if self._partial_forgotten and key not in self._plans:
+            return f"this process forgot which forwards left {own} unwritten (over {PARTIAL_KEYS_SIZE} signatures)"
+        return ""
 
     def _backward_kernels(
         self,
@@ -587,11 +605,14 @@ class Dispatcher:
 
         def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
             wanted = {i for i, need in zip(grad_index, needs) if need}
-            with torch.enable_grad():
+            with torch.enable_grad(), _autograd_dispatch():
                 leaves = [x.detach().requires_grad_(i in wanted) for i, x in enumerate(inputs)]
                 outs = as_tuple(peer(*leaves, out=None, **params))
                 pairs = [(outs[i], g) for i, g in zip(differentiable, grad_outputs) if outs[i].requires_grad]
                 targets = [leaves[i] for i in grad_index if i in wanted]
+                if targets and not pairs:  # zeros would be a wrong answer, not a gradient
+                    raise NoGradientError(f"tkreg.ops.{self.op.name}: autograd recorded nothing through the peer "
+                                          f"{self.op.peer_name} here (is autograd off where this backward runs?)")
                 got = iter(
                     torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True)
                     if pairs and targets
@@ -652,7 +673,8 @@ class Dispatcher:
         torch's operations (and plans them as it plans the same code written with torch) instead
         of an opaque call."""
         device = self.chooser.device(metas)
-        if device is None or self.op.peer is None:
+        if device is None or self.op.peer is None or self.kernels_own_outputs:
+            # a traced peer would leave the kernels' own outputs unwritten, with no plan to say so
             return None
         choice = self.chooser.known([m.at(True) for m in metas], params, device)
         if choice is None:
@@ -690,6 +712,28 @@ def _allocator(layout: OutputLayout) -> Callable[[], Any]:
     if layout.stride is None:
         return functools.partial(torch.empty, layout.shape, dtype=layout.dtype, device=layout.device)
     return functools.partial(torch.empty_strided, layout.shape, layout.stride, dtype=layout.dtype, device=layout.device)
+
+
+def _autograd_dispatch() -> Any:
+    """Autograd on for a peer's recompute, also inside a custom operator's implementation: a
+    compiled graph's backward runs ``torch.ops.tkreg_backward.<op>`` below autograd, where
+    ``torch.enable_grad()`` alone records nothing (and every gradient would come out zero). Only
+    the autograd keys are let back; everything else this thread excludes (autocast) stays out."""
+    import contextlib
+
+    import torch
+
+    c = torch._C
+    try:
+        keys = c.DispatchKeySet(c.DispatchKey.AutogradFunctionality)
+        for extra in (c.DispatchKey.AutogradOther, c.DispatchKey.AutogradNestedTensor):
+            keys = keys | c.DispatchKeySet(extra)
+        excluded = c._dispatch_tls_local_exclude_set()
+        if not any(excluded.has(k) for k in (c.DispatchKey.AutogradFunctionality, c.DispatchKey.AutogradOther)):
+            return contextlib.nullcontext()
+        return c._ForceDispatchKeyGuard(c._dispatch_tls_local_include_set(), excluded - keys)
+    except (AttributeError, TypeError):  # pragma: no cover - a torch without these: the check above reports it
+        return contextlib.nullcontext()
 
 
 def _raiser(message: str) -> Callable[..., Any]:

@@ -225,9 +225,9 @@ def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict
 
 def cold_calls(payload: str) -> list[dict[str, Any]]:
     """In a new process: each signature's first call and a warm call (each synchronized), and how
-    many times tuning timed anything."""
-    import torch
-
+    many times tuning timed anything. Before tkreg's, the peer's own first and warm calls of the
+    signature: what torch itself pays the first time it sees a shape (cuBLAS picks its algorithm,
+    a kernel loads) is then paid, and measured, apart from tkreg's own first-call work."""
     from .. import ops
     from ..ops import tuning
 
@@ -244,23 +244,33 @@ def cold_calls(payload: str) -> list[dict[str, Any]]:
     for op_name, dims, dtype, variant in json.loads(payload):
         sig = Signature.of(op_name, dict(dims), dtype, variant)
         inputs = make_inputs(registry, sig, seed=2)
+        op = registry.op(op_name)
+        row: dict[str, Any] = {"check": "cold", "op": op_name, "shape": sig.shape, "dtype": dtype, "variant": variant}
+        if op.peer is not None:
+            peer, params = refs.resolve(op.peer), op.defaults
+            first, warm = _first_and_warm(functools.partial(peer, *inputs, out=None, **params))
+            row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
         call = ops.get(op_name)
         before = counted["n"]
+        first, warm = _first_and_warm(functools.partial(call, *inputs))
+        row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
+                   source=_source(op_name, inputs))  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def _first_and_warm(call: Callable[[], Any]) -> tuple[float, float]:
+    """A call's first time and the median of ten more (us), each synchronized."""
+    import torch
+
+    times = []
+    for _ in range(11):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        call(*inputs)
+        call()
         torch.cuda.synchronize()
-        first = (time.perf_counter() - start) * 1e6
-        warm = []
-        for _ in range(10):
-            start = time.perf_counter()
-            call(*inputs)
-            torch.cuda.synchronize()
-            warm.append((time.perf_counter() - start) * 1e6)
-        rows.append({"check": "cold", "op": op_name, "shape": sig.shape, "dtype": dtype, "variant": variant,
-                     "first_us": round(first, 1), "warm_us": round(statistics.median(warm), 1),
-                     "timing_calls": counted["n"] - before, "source": _source(op_name, inputs)})  # fmt: skip
-    return rows
+        times.append((time.perf_counter() - start) * 1e6)
+    return times[0], statistics.median(times[1:])
 
 
 def _source(op: str, inputs: tuple[Any, ...]) -> str:

@@ -90,13 +90,16 @@ class Chooser:
         tuner = self.tuner(device)
         choice = tuner.known(bucket)
         if choice is None:
-            candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params)
-            if len(candidates) < 2:
+            # What would be timed, named without calling or importing anything: a plan that does
+            # not time (tuning off, a capture, explain) runs no candidate and loads no launcher.
+            named = self.candidate_names(kernels, kernel_inputs, params)
+            if len(named) < 2:
                 return prior
             if not (tune and tuning.enabled() and not _capturing_or_tracing()):
-                labels = ", ".join(c.label for c in candidates)
+                labels = ", ".join(c.label for c in named)
                 return Decision(prior.launchers, f"{prior.why} (prior: the bucket {bucket} is not measured on this GPU; "
                                 f"a call with tuning on times {labels})", "prior")
+            candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params)
             shape = "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
             choice = tuner.choose(bucket, candidates, shape, _device_name(device))
             if choice is None:
@@ -128,6 +131,15 @@ class Chooser:
         if choice.config:
             first = functools.partial(first, **choice.config)
         return Decision([(choice.winner, first), *(r for r in rest if r[0] != choice.kernel)], why, choice.source, choice)
+
+    def candidate_names(self, kernels: Sequence[Kernel], kernel_inputs: Sequence[Any], params: dict[str, Any]) -> list[Candidate]:
+        """The candidates :meth:`candidates` makes, in its order, without making them."""
+        named = [Candidate(None)] if self.op.peer is not None else []
+        extra = []
+        for kernel in kernels:
+            for i, config in enumerate(self.tune_configs(kernel, kernel_inputs, params)):
+                (named if i == 0 else extra).append(Candidate(kernel.name, config))
+        return named + extra
 
     def candidates(
         self,

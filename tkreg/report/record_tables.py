@@ -244,6 +244,10 @@ def host_table(document: Mapping[str, Any]) -> str:
     return table(headers, body, [False, False, False, True, True, True])
 
 
+def _median(sorted_values: Sequence[float]) -> float:
+    return sorted_values[len(sorted_values) // 2]
+
+
 def _us(value: Any) -> str:
     return f"{value:.1f}" if _is_number(value) else "-"
 
@@ -368,9 +372,15 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
     if cold:
         ratios = sorted(r["first_us"] / r["warm_us"] for r in cold if r.get("warm_us"))
         timed = sum(r.get("timing_calls", 0) for r in cold)
-        parts += ["", f"A cold process with the warm cache: {timed} timing calls over {len(cold)} shapes; its first call of "
-                  f"a shape took {ratios[len(ratios) // 2]:.0f}x a warm call (median; {ratios[0]:.0f}x to {ratios[-1]:.0f}x): "
-                  "the plan and, for an op's first shape, loading its kernel."]  # fmt: skip
+        text = (f"A cold process with the warm cache: {timed} timing calls over {len(cold)} shapes; its first call of "
+                f"a shape took {_median(ratios):.0f}x a warm call (median; {ratios[0]:.0f}x to {ratios[-1]:.0f}x): "
+                "the plan and, for an op's first shape, importing its plugin and loading its kernel.")  # fmt: skip
+        torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
+                              if _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
+        if torch_ratios:
+            text += (f" Those first calls came after the peer's own first call of the shape, which took "
+                     f"{_median(torch_ratios):.0f}x its warm call (median; {torch_ratios[0]:.0f}x to {torch_ratios[-1]:.0f}x).")
+        parts += ["", text]
     graphs = [r for r in rows if r.get("check") == "graph"]
     if graphs:
         same = [r["op"] for r in graphs if r.get("same_bits")]

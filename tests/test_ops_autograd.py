@@ -388,3 +388,24 @@ def test_the_eager_path_is_installed_quietly_where_warnings_are_errors() -> None
     done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"  # every op's operator takes eager calls the short way
+
+
+def test_a_peer_that_returns_y_only_allocates_nothing_more_for_tkreg_ops(recorded: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rstd is the kernels' own: where the peer runs, tkreg.ops (which returns y alone) allocates
+    no unwritten rstd per call; the operator, which returns every output, does."""
+    from tkreg.ops import dispatch
+
+    made: list[Any] = []
+    allocator = dispatch._allocator
+    monkeypatch.setattr(dispatch, "_allocator", lambda layout: lambda: made.append(layout.shape) or allocator(layout)())
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True)))  # no forward kernel: the peer runs
+    x, w, _ = _rms_leaves(30)
+    x, w = x.detach(), w.detach()
+    with pytest.warns(tkreg.ops.PeerFallbackWarning):
+        ops.toy_rms_norm(x, w)
+    made.clear()
+    for _ in range(3):
+        torch.testing.assert_close(ops.toy_rms_norm(x, w), rms_reference(x, w)[0])
+    assert made == []
+    _, rstd = torch.ops.tkreg.toy_rms_norm(x, w)
+    assert made == [(2, 3)] and rstd.shape == (2, 3)

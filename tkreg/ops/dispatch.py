@@ -112,7 +112,8 @@ class Plan:
     why: str = ""
     peer_reason: str = ""  # why the peer runs when there is no launcher left
     fallback: bool = False  # the peer runs because no kernel takes the inputs (warned once per reason)
-    run: Callable[..., Any] | None = None  # built by Dispatcher.prepare: run(*inputs) -> outputs
+    run: Callable[..., Any] | None = None  # built by Dispatcher.prepare: run(*inputs) -> every output
+    returned: Callable[..., Any] | None = None  # run(*inputs) -> the outputs callers get (tkreg.ops.<op>)
     source: str = ""  # what decided: "tuning", "cache" or "prior" (empty: nothing to decide)
     complete: bool = True  # every output is written (False: a peer left the kernels' own unwritten)
     key: Any = None  # the signature key the plan is kept under
@@ -153,6 +154,7 @@ class Dispatcher:
         self.differentiable = tuple(i for i, o in enumerate(op.outputs) if o.differentiable)
         # outputs only kernels compute (an rstd kept for the backward): a peer may not write them
         self.kernels_own_outputs = any(not o.returned for o in op.outputs)
+        self.pick = _picker(op)
         self._plans: dict[Any, Plan] = {}
         self._backward_plans: dict[Any, BackwardPlan] = {}
         self._launchers: dict[str, Callable[..., Any]] = {}
@@ -188,7 +190,7 @@ class Dispatcher:
         import torch
 
         if not plan.launchers:
-            plan.run = self.peer_run(plan)
+            self._set_run(plan, self.peer_run(plan))
             return
 
         name, launch = plan.launchers[0]
@@ -238,7 +240,7 @@ class Dispatcher:
                     return plan.run(*inputs)  # type: ignore[misc]
                 return outs if several else outs[0]
 
-        plan.run = run
+        self._set_run(plan, run)
         where = getattr(inputs[0], "device", None) if inputs else None
         if getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1:
             # Triton launches on the current device; inputs on another GPU must run there.
@@ -246,7 +248,7 @@ class Dispatcher:
                 with torch.cuda.device(where):
                     return run(*inputs)
 
-            plan.run = on_their_device
+            self._set_run(plan, on_their_device)
 
     # -- deciding ------------------------------------------------------------------------------
     def plan(self, inputs: Sequence[Any], values: tuple[Any, ...] = (), tune: bool = True) -> Plan:
@@ -371,7 +373,8 @@ class Dispatcher:
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError):
-                plan.run, plan.complete = into_outputs, not self.kernels_own_outputs
+                plan.complete = not self.kernels_own_outputs
+                self._set_run(plan, into_outputs)
                 self._note_partial(plan)
                 return into_outputs(*inputs)
             fits = len(got) in (len(layouts), len(returned)) and all(
@@ -379,11 +382,12 @@ class Dispatcher:
                 for t, layout in zip(got, layouts if len(got) == len(layouts) else [layouts[i] for i in returned])
             )
             if not fits:
-                plan.run, plan.complete = into_outputs, not self.kernels_own_outputs  # it may fill what it returns only
+                plan.complete = not self.kernels_own_outputs  # it may fill what it returns only
+                self._set_run(plan, into_outputs)
                 self._note_partial(plan)
                 return into_outputs(*inputs)
             if len(got) == len(layouts):
-                plan.run = functional
+                self._set_run(plan, functional)
                 return got if several else got[0]
 
             internal = [(i, new) for i, new in enumerate(allocate) if i not in returned]
@@ -397,7 +401,18 @@ class Dispatcher:
                     outs[i] = new()
                 return tuple(outs)
 
-            plan.run, plan.complete = with_internal, False
+            # callers of tkreg.ops get what the peer returns: no unwritten outputs allocated for them
+            if len(returned) == 1:
+
+                def returned_only(*inputs: Any) -> Any:
+                    return as_tuple(functional(*inputs))[0]
+            else:
+
+                def returned_only(*inputs: Any) -> Any:
+                    return tuple(as_tuple(functional(*inputs)))
+
+            plan.complete = False
+            self._set_run(plan, with_internal, returned_only)
             self._note_partial(plan)
             outs = [None] * len(allocate)
             for i, t in zip(returned, got):
@@ -407,6 +422,20 @@ class Dispatcher:
             return tuple(outs)
 
         return first
+
+    def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
+        """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones)."""
+        plan.run = run
+        if returned is None:
+            pick = self.pick
+            if pick is None:
+                returned = run
+            else:
+
+                def returned(*inputs: Any) -> Any:
+                    return pick(run(*inputs))
+
+        plan.returned = returned
 
     def warn_peer(self, reason: str, what: str = "calls", stacklevel: int = 4) -> None:
         if self.op.peer is None or reason in self._warned:
@@ -734,6 +763,17 @@ def _autograd_dispatch() -> Any:
         return c._ForceDispatchKeyGuard(c._dispatch_tls_local_include_set(), excluded - keys)
     except (AttributeError, TypeError):  # pragma: no cover - a torch without these: the check above reports it
         return contextlib.nullcontext()
+
+
+def _picker(op: Op) -> Callable[[Any], Any] | None:
+    """From every output of ``op``, the ones callers of tkreg.ops.<op> get (None: all of them)."""
+    returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
+    if len(op.outputs) == 1 or len(returned) == len(op.outputs):
+        return None
+    if len(returned) == 1:
+        (index,) = returned
+        return lambda outs: outs[index]
+    return lambda outs: tuple([outs[i] for i in returned])
 
 
 def _raiser(message: str) -> Callable[..., Any]:

@@ -286,7 +286,6 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     Returns the outputs the op marks ``returned`` (one tensor, or a tuple of them)."""
     op = dispatcher.op
     returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
-    several = len(op.outputs) > 1
     is_compiling = torch.compiler.is_compiling
     grad_enabled = torch.is_grad_enabled
     tensor, parameter = _PLAIN
@@ -317,17 +316,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
                 return overload(*inputs, **params)
         return dispatcher(*inputs, **params)
 
-    if not several or len(returned) == len(op.outputs):
-        pick = None
-    elif len(returned) == 1:
-        (index,) = returned
-
-        def pick(outs: Any) -> Any:
-            return outs[index]
-    else:
-
-        def pick(outs: Any) -> Any:
-            return tuple([outs[i] for i in returned])
+    pick = dispatcher.pick
 
     # The common call (plain tensors, no autograd, no parameters given, a signature already
     # planned) finds its plan in one pass over the inputs, building the dispatcher's own key: on
@@ -346,7 +335,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
             else:
                 plan = plans.get((tuple(key), defaults) if defaults else tuple(key))
                 if plan is not None and not is_in_torch_dispatch_mode():
-                    return plan.run(*inputs) if pick is None else pick(plan.run(*inputs))
+                    return plan.returned(*inputs)
         return run(inputs, params) if pick is None else pick(run(inputs, params))
 
     call.__name__ = call.__qualname__ = op.name

@@ -251,3 +251,60 @@ def test_a_spent_budget_still_times_the_peer_and_each_kernels_own_choice_first(
     layouts = form.output_layouts((x, y), view, {})
     order = [c.label for c in chooser.candidates(registry.kernels("toy_mul"), lambda k: k.load(), (x, y), (x, y), layouts, {})]
     assert order == ["peer", "toy_fast", "toy_fast[BLOCK=64]"]
+
+
+def test_a_later_process_runs_a_signature_whose_measured_choice_is_the_peer_without_planning(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    from tkreg.ops import dispatch, remembered
+
+    monkeypatch.setitem(SPEED, "peer", 0.005)
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    two_kernels.toy_mul(x, y)  # timed: the peer is fastest
+    remembered.flush()  # what the process does at exit
+    assert (gpu_like / "tuning").rglob("toy_mul.signatures.json")
+
+    planned: list[Any] = []
+    plan = dispatch.Dispatcher.plan
+    monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
+    TIMED.clear()
+    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
+    assert planned == [] and TIMED == []  # the remembered signature: no plan, no timing
+    assert fresh.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer: faster for these inputs")
+    planned.clear()
+    fresh.toy_mul(torch.randn(60, 60, device=DEVICE), torch.randn(60, 60, device=DEVICE))  # another signature, same bucket
+    assert len(planned) == 1 and TIMED == []  # planned from the cached choice
+
+
+def test_a_remembered_peer_that_returns_y_only_still_keeps_backward_kernels_off_rstd(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    import tkreg.ops
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
+    from tkreg.ops import dispatch, remembered
+
+    # the peer (a partial of it, as candidates call it) is measured ten times faster than the kernel
+    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    x = torch.randn(2, 3, 16, device=DEVICE, requires_grad=True)
+    w = torch.randn(16, device=DEVICE, requires_grad=True)
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
+        tkreg.ops.toy_rms_norm(x.detach(), w.detach())  # timed: the peer, which computes y only
+        remembered.flush()
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))  # a later process
+        planned: list[Any] = []
+        plan = dispatch.Dispatcher.plan
+        monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
+        _, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach())  # every output, rstd unwritten
+        assert planned == [] and rstd.shape == (2, 3) and rstd.dtype == torch.float32
+        with pytest.warns(tkreg.ops.PeerFallbackWarning, match="the forward ran the peer rms_peer"):
+            tkreg.ops.toy_rms_norm(x, w).sum().backward()
+        assert not calls("rms_backward_torch")
+        x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        rms_reference(x64, w64)[0].sum().backward()
+        torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)
+    finally:
+        tkreg.ops.uninstall()

@@ -34,7 +34,7 @@ __all__ = [
     "uninstall",
 ]
 # Op names that stay reachable through get() only: they would hide this module's own names.
-_RESERVED = {*__all__, "choosing", "deferred", "dispatch", "forms", "library", "model_shapes", "tuning", "walltime"}
+_RESERVED = {*__all__, "choosing", "deferred", "dispatch", "remembered", "forms", "library", "model_shapes", "tuning", "walltime"}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
 

@@ -37,6 +37,7 @@ from ..core.refs import keywords_of
 from ..core.registry import Ranking, Registry
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Kernel, Op
+from . import remembered
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
@@ -163,6 +164,7 @@ class Dispatcher:
         # (which start over when full) so a backward never mistakes such a forward for a kernel's.
         self._partial_keys: set[Any] = set()
         self._partial_forgotten = False
+        self._remembered: dict[int, dict[str, dict[str, Any]]] = {}  # per CUDA device (see .remembered)
 
     # -- the hot path -----------------------------------------------------------------------
     def __call__(self, *inputs: Any, **params: Any) -> Any:
@@ -173,11 +175,13 @@ class Dispatcher:
             key = (key, values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
-            plan = self.plan(inputs, values)
-            plan.key = key
-            if plan.fallback:
-                self.warn_peer(plan.peer_reason)
-            self.prepare(plan, inputs)
+            plan = self._recalled(inputs, key, values) if key is not None else None
+            if plan is None:
+                plan = self.plan(inputs, values)
+                plan.key = key
+                if plan.fallback:
+                    self.warn_peer(plan.peer_reason)
+                self.prepare(plan, inputs)
             if key is not None:
                 if len(self._plans) >= PLAN_CACHE_SIZE:
                     self._plans.clear()
@@ -388,40 +392,90 @@ class Dispatcher:
                 return into_outputs(*inputs)
             if len(got) == len(layouts):
                 self._set_run(plan, functional)
+                self._remember(plan, inputs, {"way": "functional"})
                 return got if several else got[0]
 
-            internal = [(i, new) for i, new in enumerate(allocate) if i not in returned]
-
-            def with_internal(*inputs: Any) -> Any:
-                # the peer returns what callers get; the kernels' own outputs are allocated, unwritten
-                outs: list[Any] = [None] * len(allocate)
-                for i, t in zip(returned, as_tuple(functional(*inputs))):
-                    outs[i] = t
-                for i, new in internal:
-                    outs[i] = new()
-                return tuple(outs)
-
-            # callers of tkreg.ops get what the peer returns: no unwritten outputs allocated for them
-            if len(returned) == 1:
-
-                def returned_only(*inputs: Any) -> Any:
-                    return as_tuple(functional(*inputs))[0]
-            else:
-
-                def returned_only(*inputs: Any) -> Any:
-                    return tuple(as_tuple(functional(*inputs)))
-
-            plan.complete = False
-            self._set_run(plan, with_internal, returned_only)
-            self._note_partial(plan)
+            internal = [(i, layouts[i]) for i in range(len(layouts)) if i not in returned]
+            self._peer_with_internal(plan, functional, internal)
+            self._remember(plan, inputs, {"way": "with_internal", "internal": [
+                [i, list(o.shape), None if o.stride is None else list(o.stride), str(o.dtype).removeprefix("torch.")]
+                for i, o in internal
+            ]})  # fmt: skip
             outs = [None] * len(allocate)
             for i, t in zip(returned, got):
                 outs[i] = t
-            for i, new in internal:
-                outs[i] = new()
+            for i, layout in internal:
+                outs[i] = layout.empty()
             return tuple(outs)
 
         return first
+
+    def _peer_with_internal(
+        self, plan: Plan, functional: Callable[..., Any], internal: Sequence[tuple[int, OutputLayout]]
+    ) -> None:
+        """Runs of a peer that returns what callers get (y) but not the kernels' own outputs
+        (``internal``: index and layout), which are allocated, unwritten, where every output is
+        returned, and not at all for tkreg.ops.<op>."""
+        count = len(self.op.outputs)
+        returned = [i for i, o in enumerate(self.op.outputs) if o.returned]
+        allocate = [(i, _allocator(layout)) for i, layout in internal]
+
+        def with_internal(*inputs: Any) -> Any:
+            outs: list[Any] = [None] * count
+            for i, t in zip(returned, as_tuple(functional(*inputs))):
+                outs[i] = t
+            for i, new in allocate:
+                outs[i] = new()
+            return tuple(outs)
+
+        if len(returned) == 1:
+
+            def returned_only(*inputs: Any) -> Any:
+                return as_tuple(functional(*inputs))[0]
+        else:
+
+            def returned_only(*inputs: Any) -> Any:
+                return tuple(as_tuple(functional(*inputs)))
+
+        plan.complete = False
+        self._set_run(plan, with_internal, returned_only)
+        self._note_partial(plan)
+
+    # -- signatures remembered across processes (see .remembered) -----------------------------------
+    def _remember(self, plan: Plan, inputs: Sequence[Any], entry: dict[str, Any]) -> None:
+        """Remember a plan whose measured choice is the peer, for later processes."""
+        if plan.key is None or plan.fallback or plan.source not in ("cache", "tuning"):
+            return
+        device = self.chooser.device(inputs)
+        cache = self.chooser.tuner(device).cache if device is not None else None
+        if cache is not None:
+            remembered.remember(cache, self.op.name, remembered.text(plan.key), {**entry, "why": plan.peer_reason})
+
+    def _recalled(self, inputs: Sequence[Any], key: Any, values: tuple[Any, ...]) -> Plan | None:
+        """The plan of a signature an earlier process remembered, made without planning; None
+        where none did (or the inputs are not on a GPU)."""
+        device = self.chooser.device(inputs)
+        if device is None or self.op.peer is None:
+            return None
+        known = self._remembered.get(device)
+        if known is None:
+            cache = self.chooser.tuner(device).cache
+            known = self._remembered[device] = cache.signatures(self.op.name) if cache is not None else {}
+        entry = known.get(remembered.text(key)) if known else None
+        if entry is None:
+            return None
+        import torch
+
+        params = self.params.as_dict(values or self.params.defaults)
+        plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key)
+        functional = functools.partial(refs.resolve(self.op.peer), out=None, **params)
+        if entry.get("way") == "functional":
+            self._set_run(plan, functional)
+        else:
+            internal = [(i, OutputLayout(tuple(shape), None if stride is None else tuple(stride), getattr(torch, dtype),
+                                         inputs[0].device)) for i, shape, stride, dtype in entry.get("internal", ())]  # fmt: skip
+            self._peer_with_internal(plan, functional, internal)
+        return plan
 
     def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
         """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones)."""

@@ -177,12 +177,44 @@ class TuningCache:
                 os.replace(temporary, self.path(op))
             self._loaded[op] = merged
 
-    def _read(self, op: str) -> dict[str, Choice]:
+    def signatures(self, op: str) -> dict[str, dict[str, Any]]:
+        """The signatures of ``op`` remembered in this environment (:mod:`.remembered`)."""
+        document = self._document(self.signatures_path(op))
+        entries = document.get("signatures") if document else None
+        return dict(entries) if isinstance(entries, dict) else {}
+
+    def add_signatures(self, op: str, entries: Mapping[str, dict[str, Any]], limit: int) -> None:
+        """Merge ``entries`` into the remembered signatures of ``op``, up to ``limit`` of them."""
+        with self._lock:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.signatures_path(op)
+            with _file_lock(path.with_suffix(".lock")):
+                merged = self.signatures(op)
+                for signature, entry in entries.items():
+                    if signature in merged or len(merged) < limit:
+                        merged[signature] = entry
+                document = {"format": FORMAT, "environment": self.environment, "signatures": merged}
+                fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{op}.", suffix=".tmp")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(document, f)
+                os.replace(temporary, path)
+
+    def signatures_path(self, op: str) -> Path:
+        return self.folder / f"{op}.signatures.json"
+
+    def _document(self, path: Path) -> dict[str, Any] | None:
+        """A file of this environment, or None (missing, unreadable, another format or environment)."""
         try:
-            document = json.loads(self.path(op).read_text())
-        except (OSError, ValueError):  # none yet, or unreadable: tune again rather than fail a call
-            return {}
-        if document.get("format") != FORMAT or document.get("environment") != self.environment:
+            document = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("environment") != self.environment:
+            return None
+        return document
+
+    def _read(self, op: str) -> dict[str, Choice]:
+        document = self._document(self.path(op))
+        if document is None:  # none yet, or unreadable: tune again rather than fail a call
             return {}
         try:
             return {b: Choice.from_json(c) for b, c in document.get("choices", {}).items()}

@@ -208,6 +208,9 @@ def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str
 def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict[str, Any]]:
     if not signatures or timeout_s <= 0:
         return []
+    from ..ops import remembered
+
+    remembered.flush()  # what this process remembers, written now as its exit would
     payload = json.dumps([[s.op, list(s.dims), s.dtype, s.variant] for s in signatures])
     code = "import sys, json; from tkreg.bench.dispatch import cold_calls; print(json.dumps(cold_calls(sys.argv[1])))"
     try:

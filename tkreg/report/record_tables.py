@@ -374,7 +374,8 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         timed = sum(r.get("timing_calls", 0) for r in cold)
         text = (f"A cold process with the warm cache: {timed} timing calls over {len(cold)} shapes; its first call of "
                 f"a shape took {_median(ratios):.0f}x a warm call (median; {ratios[0]:.0f}x to {ratios[-1]:.0f}x): "
-                "the plan and, for an op's first shape, importing its plugin and loading its kernel.")  # fmt: skip
+                "the first shape of an op imports its plugin, a shape a kernel runs loads that kernel, and a "
+                "signature no earlier process remembered is planned.")  # fmt: skip
         torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
                               if _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
         if torch_ratios:

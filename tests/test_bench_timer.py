@@ -49,6 +49,11 @@ def test_host_time_after_cupti_traces_must_stay_what_it_was() -> None:
     assert timer.host_check({**costs, "host_us_after_cupti": 13.5})[1]  # within 10% and 1 us
     _, ok, detail = timer.host_check({**costs, "host_us_after_cupti": 20.2})  # CUPTI left attached
     assert not ok and "11.60 us before, 20.20 us after" in detail
+    # the host itself got slower: a CPU-only control call slowed as much, so the launcher did not
+    drifted = {**costs, "host_us_after_cupti": 17.4, "control_us_before_cupti": 1.0, "control_us_after_cupti": 1.5}
+    _, ok, detail = timer.host_check(drifted)
+    assert ok and "control call: 1.00 us before, 1.50 us after" in detail
+    assert not timer.host_check({**drifted, "control_us_after_cupti": 1.05})[1]  # the host held its pace: CUPTI it is
 
 
 @dataclass

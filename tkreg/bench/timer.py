@@ -16,9 +16,11 @@ rounds, so drift between series shows):
 
 Checks (tkreg against CUPTI of the same repetitions): compute-bound within 3%; memory-bound calls
 of 0.1 ms or more within 0.5%; shorter ones within 5 us; and a launcher's host time per call the
-same (within 10% and 1 us) before the process's first CUPTI trace and after the last, so wall
-times measured after a trace carry nothing of it. Also recorded: what a trace costs a measurement,
-and the 2 GiB copy ceiling queued by the caller against the same copy replayed from a CUDA graph.
+same (within 10% and 1 us, and the host's own drift, read from a CPU-only call) before the
+process's first CUPTI trace and after the last, so wall times measured after a trace carry nothing
+of it; measured on a kernel's launcher at a small input, whose pace the host sets. Also recorded:
+what a trace costs a measurement, and the 2 GiB copy ceiling queued by the caller against the same
+copy replayed from a CUDA graph.
 """
 
 from __future__ import annotations
@@ -161,6 +163,31 @@ def measure_one(timer: Any, w: Workload, rnd: int) -> dict[str, Any]:
     return row
 
 
+def host_workload(registry: Registry) -> Workload | None:
+    """A kernel's launcher on the host suite's small input (256 in every dim), writing into a
+    given output: a call whose pace the host sets, not the GPU (a timer case queued a thousand
+    times would fill the launch queue and time the GPU instead)."""
+    from .host import signature
+
+    for op in registry.ops():
+        sig = signature(op)
+        if sig is None:
+            continue
+        inputs = make_inputs(registry, sig)
+        for name, fn in kernel_calls(registry, op, inputs, make_output(registry, sig, inputs)).items():
+            return Workload(f"{name} {sig.label.split(' ', 1)[1]}", op.bound, fn)
+    return None
+
+
+def control_call() -> Callable[[], Any]:
+    """A call with no GPU in it (a small add on the CPU): CUPTI cannot slow it, so a change in its
+    time between before and after the traces is the host's own drift."""
+    import torch
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    return lambda: torch.add(a, b)
+
+
 def launch_host_us(fn: Callable[[], Any]) -> float:
     """Host time (us) per call queued back to back, the least of HOST_ROUNDS rounds."""
     import torch
@@ -227,10 +254,14 @@ def check(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
 
 def host_check(costs: dict[str, Any]) -> tuple[str, bool, str]:
     """A launcher's host time per call after every trace within HOST_TOLERANCE (and HOST_SLACK_US)
-    of what it was before the first."""
+    of what it was before the first, the host's own drift (the control call's) allowed for."""
     before, after = costs["host_us_before_cupti"], costs["host_us_after_cupti"]
-    ok = after <= before * (1 + HOST_TOLERANCE) + HOST_SLACK_US
+    control_before, control_after = costs.get("control_us_before_cupti"), costs.get("control_us_after_cupti")
+    drift = max(1.0, control_after / control_before) if control_before and control_after else 1.0
+    ok = after <= before * drift * (1 + HOST_TOLERANCE) + HOST_SLACK_US
     detail = f"{costs['workload']}: {before:.2f} us before, {after:.2f} us after"
+    if control_before and control_after:
+        detail += f" (a CPU-only control call: {control_before:.2f} us before, {control_after:.2f} us after)"
     return "host time per launch unchanged after CUPTI traces", ok, detail
 
 
@@ -256,8 +287,9 @@ def measure(deadline: Deadline) -> Measured:
     work = workloads(registry)
     if not work:
         return Measured(kind="timing_check", notes="no workload: none of the planned ops is registered")
-    short = next((w for w in reversed(work) if w.bound == "memory"), work[-1])  # a microsecond call
-    host_before = launch_host_us(short.fn)
+    short = host_workload(registry) or next((w for w in reversed(work) if w.bound == "memory"), work[-1])
+    control = control_call()
+    host_before, control_before = launch_host_us(short.fn), launch_host_us(control)
     timer.cupti = True
     rows = []
     for w in work:
@@ -267,6 +299,7 @@ def measure(deadline: Deadline) -> Measured:
         torch.cuda.empty_cache()
     deadline.check("the host time after CUPTI and the costs")
     costs = {"workload": short.name, "host_us_before_cupti": host_before, "host_us_after_cupti": launch_host_us(short.fn),
+             "control_us_before_cupti": control_before, "control_us_after_cupti": launch_host_us(control),
              **trace_cost(timer, short), **copy_ceilings(timer)}  # fmt: skip
     checks = [*check(rows), host_check(costs)]
     verdicts = per_bound(checks)

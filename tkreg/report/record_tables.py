@@ -218,6 +218,9 @@ def _costs_line(costs: Mapping[str, Any]) -> str:
     if _is_number(costs.get("host_us_before_cupti")):
         said.append(f"{costs.get('workload', 'a launcher')}: {costs['host_us_before_cupti']:.1f} us of host time per call "
                     f"before the process's first CUPTI trace, {costs['host_us_after_cupti']:.1f} us after the last")  # fmt: skip
+        if _is_number(costs.get("control_us_before_cupti")):
+            said[-1] += (f" (a CPU-only control call, for the host's own drift: {costs['control_us_before_cupti']:.2f} us "
+                         f"before, {costs['control_us_after_cupti']:.2f} us after)")  # fmt: skip
     if _is_number(costs.get("with_cupti_s")):
         said.append(f"a measurement of {costs.get('reps', '?')} repetitions takes {costs['with_cupti_s'] * 1e3:.0f} ms "
                     f"traced, {costs['without_cupti_s'] * 1e3:.0f} ms untraced")  # fmt: skip

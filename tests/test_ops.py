@@ -324,3 +324,28 @@ def test_a_batch_sharing_one_b_is_one_2d_product(device: str, batch: int) -> Non
         assert spy.calls == [((batch * 6, 40), (40, 1), (40, 24), (24, 1))]  # a's batches as rows, b read once
     finally:
         tkreg.ops.uninstall()
+
+
+def test_a_plan_of_the_peer_calls_it_with_nothing_in_between(device: str) -> None:
+    """No parameters and out= defaulting to None: the plan's run is the peer itself; with
+    parameters, one C-level partial (no Python frame of tkreg's)."""
+    import functools
+
+    from tkreg_elementwise.add_op import peer as add_peer
+
+    from tests.ops_support import RmsPlugin, rms_peer
+
+    ops = install(registry_with(RmsPlugin()))  # toy_rms_norm has no kernels: its peer runs
+    try:
+        x = randn(3, 8, dtype=torch.float64, device=device, seed=28)  # no add kernel takes float64
+        with pytest.warns(PeerFallbackWarning):
+            assert torch.equal(ops.add(x, x), x + x)
+            ops.toy_rms_norm(x.float(), x[0].float(), eps=0.5)
+        dispatchers = tkreg.ops._installed["dispatchers"]
+        (add_plan,) = dispatchers["add"]._plans.values()
+        assert add_plan.run is add_peer
+        (rms_plan,) = dispatchers["toy_rms_norm"]._plans.values()
+        assert isinstance(rms_plan.run, functools.partial) and rms_plan.run.func is rms_peer
+        assert rms_plan.run.keywords == {"out": None, "eps": 0.5}
+    finally:
+        tkreg.ops.uninstall()

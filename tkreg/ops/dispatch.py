@@ -25,6 +25,7 @@ tuple of new gradient tensors), else the op's backward formula, else autograd th
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -165,6 +166,7 @@ class Dispatcher:
         self._partial_keys: set[Any] = set()
         self._partial_forgotten = False
         self._remembered: dict[int, dict[str, dict[str, Any]]] = {}  # per CUDA device (see .remembered)
+        self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
 
     # -- the hot path -----------------------------------------------------------------------
     def __call__(self, *inputs: Any, **params: Any) -> Any:
@@ -367,8 +369,7 @@ class Dispatcher:
                 raise failed(e) from e
             return outs if several else outs[0]
 
-        # the peer as torch code is called: a C-level partial, no Python frame of tkreg's own
-        functional = functools.partial(peer, out=None, **params)
+        functional = self._functional_peer(params)
 
         def first(*inputs: Any) -> Any:
             """The first call decides which way the peer is called for this signature."""
@@ -468,7 +469,7 @@ class Dispatcher:
 
         params = self.params.as_dict(values or self.params.defaults)
         plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key)
-        functional = functools.partial(refs.resolve(self.op.peer), out=None, **params)
+        functional = self._functional_peer(params)
         if entry.get("way") == "functional":
             self._set_run(plan, functional)
         else:
@@ -476,6 +477,21 @@ class Dispatcher:
                                          inputs[0].device)) for i, shape, stride, dtype in entry.get("internal", ())]  # fmt: skip
             self._peer_with_internal(plan, functional, internal)
         return plan
+
+    def _functional_peer(self, params: dict[str, Any]) -> Callable[..., Any]:
+        """The peer as torch code calls it (``out=None``: it returns its outputs), with nothing of
+        tkreg's own in between: the peer itself where that is its default and there are no
+        parameters (a partial's keywords cost a quarter of a microsecond a call), else a partial."""
+        peer = refs.resolve(self.op.peer)
+        if self._peer_out_default is None:
+            try:
+                out = inspect.signature(peer).parameters.get("out")
+            except (TypeError, ValueError):  # a builtin without a signature
+                out = None
+            self._peer_out_default = out is not None and out.default is None and out.kind is not inspect.Parameter.VAR_KEYWORD
+        if not params and self._peer_out_default:
+            return peer
+        return functools.partial(peer, out=None, **params)
 
     def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
         """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones)."""

@@ -334,23 +334,21 @@ def test_an_expanded_upstream_gradient_is_made_contiguous_for_a_kernel_that_need
 
 
 @pytest.fixture
-def backend_entries(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Counts entries into torch.library's backend wrapper of a triton_op (what a call pays
-    when it goes through torch's redispatch below autograd)."""
-    import torch._library.triton as torch_triton
+def backend_entries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counts torch's redispatches below autograd (what a call through torch.library's own
+    autograd kernel pays before it reaches the implementation)."""
+    entered: list[str] = []
+    redispatch = torch._ops.OpOverload.redispatch
 
-    entered: list[bool] = []
-    wrapped = torch_triton.set_wrap_triton_enabled
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        entered.append(str(self))
+        return redispatch(self, *args, **kwargs)
 
-    def counting(enabled: bool) -> Any:
-        entered.append(enabled)
-        return wrapped(enabled)
-
-    monkeypatch.setattr(torch_triton, "set_wrap_triton_enabled", counting)
+    monkeypatch.setattr(torch._ops.OpOverload, "redispatch", counting)
     return entered
 
 
-def test_eager_operator_calls_dispatch_without_torchs_redispatch(recorded: None, backend_entries: list[bool]) -> None:
+def test_eager_operator_calls_dispatch_without_torchs_redispatch(recorded: None, backend_entries: list[str]) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
@@ -361,7 +359,9 @@ def test_eager_operator_calls_dispatch_without_torchs_redispatch(recorded: None,
     _assert_rms_grads(x, w, grad, 0.5)
     with torch.no_grad():
         plain = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]
-    assert backend_entries == []  # neither call went below autograd through torch's wrappers
+        run_time = torch.ops.tkreg_dispatch.toy_rms_norm(x, w, eps=0.5)[0]  # what a compiled graph calls
+    assert backend_entries == []  # no call went below autograd through torch's wrappers
+    assert torch.equal(plain, run_time)
 
     seen: list[str] = []
 

@@ -113,6 +113,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
     runtime = torch.library.custom_op(f"{RUNTIME_NAMESPACE}::{name}", run_time, mutates_args=())
     runtime.register_fake(lambda *inputs, **params: slot.dispatcher.fake_outputs(inputs, params))
     runtime_overload = getattr(getattr(torch.ops, RUNTIME_NAMESPACE), name).default
+    _take_plain_calls(runtime, runtime_overload, slot)
 
     def body(*inputs: Any, **params: Any) -> Any:
         dispatcher = slot.dispatcher
@@ -173,11 +174,6 @@ def _call_eagerly(
     mode needs none of them: it dispatches at once, through an autograd.Function where a
     gradient is wanted. Everything else (FakeTensors, modes, subclasses, compiling) takes
     torch's own kernel, unchanged. Where this torch lacks the pieces, every call takes it."""
-    import torch._library.autograd as torch_autograd
-
-    is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
-    tensor, parameter = _PLAIN
-
     def forward(ctx: Any, *args: Any) -> Any:
         inputs, params = args[:-1], args[-1]
         output = slot.dispatcher(*inputs, **params)
@@ -202,11 +198,25 @@ def _call_eagerly(
     def apply(*args: Any) -> Any:
         return EagerCall.apply(*args) if transforms_active() else plain_apply(*args)
 
+    if _take_plain_calls(defined, overload, slot, apply):
+        slot.differentiable = apply
+
+
+def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[..., Any] | None = None) -> bool:
+    """Replace the operator's autograd kernel with one that sends a call of plain tensors, outside
+    any trace or dispatch mode, straight to the dispatcher (through ``apply``, the op's
+    autograd.Function, where a gradient is wanted); every other call takes torch's own kernel.
+    Also for the run-time operator a compiled graph calls, where it saves the same two Python
+    calls from C++. False where this torch lacks the pieces."""
+    import torch._library.autograd as torch_autograd
+
+    is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
+    tensor, parameter = _PLAIN
     try:
         standard = torch_autograd.make_autograd_impl(overload, defined)
     except (AttributeError, TypeError) as e:  # pragma: no cover - another torch's internals
-        log.debug("tkreg.ops.%s: torch's own autograd kernel only (%s)", overload._opname, e)
-        return
+        log.debug("%s: torch's own autograd kernel only (%s)", overload, e)
+        return False
 
     def autograd_kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
         if not is_compiling() and not is_in_torch_dispatch_mode():
@@ -217,9 +227,10 @@ def _call_eagerly(
                     break
                 wants_grad = wants_grad or t.requires_grad
             else:
-                if wants_grad and grad_enabled():
+                if not (wants_grad and grad_enabled()):
+                    return slot.dispatcher(*inputs, **params)
+                if apply is not None:
                     return apply(*inputs, params)
-                return slot.dispatcher(*inputs, **params)
         return standard(keyset, *inputs, **params)
 
     try:
@@ -227,9 +238,9 @@ def _call_eagerly(
             warnings.filterwarnings("ignore", message="(?s).*overriding a previously registered kernel")
             defined._lib.impl(overload._opname, autograd_kernel, "Autograd", with_keyset=True, allow_override=True)
     except Exception as e:  # pragma: no cover - another torch's internals: its own kernel stays
-        log.debug("tkreg.ops.%s: torch's own autograd kernel only (%s)", overload._opname, e)
-        return
-    slot.differentiable = apply
+        log.debug("%s: torch's own autograd kernel only (%s)", overload, e)
+        return False
+    return True
 
 
 def _define_backward(op: Op, slot: Slot) -> Any:

@@ -155,16 +155,18 @@ def test_buckets_keep_dtypes_alignment_and_parameters_apart() -> None:
     assert chooser.bucket((unaligned, a), {}) != key
 
 
-@pytest.mark.parametrize(("peer_ms", "traced"), [(0.005, True), (0.0105, True), (0.020, False)],
-                         ids=["peer-fastest", "kernel-ahead-by-5pc", "kernel-ahead-by-2x"])
+@pytest.mark.parametrize(("fast_ms", "peer_ms", "traced"),
+                         [(0.010, 0.005, True), (0.010, 0.0105, True), (0.002, 0.004, True), (0.010, 0.040, False)],
+                         ids=["peer-fastest", "kernel-ahead-by-5pc", "kernel-ahead-by-2x-or-2us", "kernel-ahead-by-30us"])
 def test_a_compiled_call_traces_the_peer_where_it_was_measured_fastest_or_nearly(
-    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any, peer_ms: float, traced: bool
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any, fast_ms: float, peer_ms: float, traced: bool
 ) -> None:
     """torch.compile then sees torch's own operation (and can fuse it), not an opaque call, unless
-    a kernel leads the peer by COMPILED_MARGIN or more."""
+    a kernel leads the peer by COMPILED_MARGIN and by more than an opaque call costs the host."""
     from torch._functorch.aot_autograd import aot_module_simplified
 
     monkeypatch.setitem(SPEED, "peer", peer_ms)
+    monkeypatch.setitem(SPEED, "toy_fast", fast_ms)
     x, y = torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
     two_kernels.toy_mul(x, y)  # tunes the bucket
     graphs: list[str] = []

@@ -55,9 +55,11 @@ ALIGNED_BASE = 1 << 20
 # A compiled graph reaches a chosen kernel through an opaque operator, whose call costs the host
 # more than an eager call does (on an H100, a 16-token Llama MLP block compiled ran 2x slower with
 # kernels behind opaque calls than with the peer traced, the kernels having won the eager timing by
-# a few microseconds each). Where the kernel's measured lead over the peer is under 10%, a trace
-# holds the peer's torch operations instead.
+# a few microseconds each). Where the kernel's measured lead over the peer is under 10%, or under
+# what the opaque call costs the host beyond the peer's own (7-12 us for a matmul on an H100 host,
+# the host suite of 2026-11-25), a trace holds the peer's torch operations instead.
 COMPILED_MARGIN = 1.10
+OPAQUE_CALL_US = 10.0
 # The keyword a backward formula names to learn which gradients are needed (it may return None
 # for the others): a product's formula then skips the factor nobody asked a gradient of.
 NEEDS_KEYWORD = "needs_input_grad"
@@ -768,7 +770,7 @@ class Dispatcher:
 
     def _traced_peer(self, view: KernelView, metas: Sequence[TensorMeta], params: dict[str, Any]) -> Callable[..., Any] | None:
         """Where this GPU's measured choice for the bucket (aligned inputs) is the peer, or a kernel
-        ahead of it by less than COMPILED_MARGIN, the peer itself, traced: the compiler then sees
+        ahead of it by less than COMPILED_MARGIN or OPAQUE_CALL_US, the peer itself, traced: the compiler then sees
         torch's operations (and plans them as it plans the same code written with torch) instead
         of an opaque call."""
         device = self.chooser.device(metas)
@@ -780,8 +782,10 @@ class Dispatcher:
             return None
         if choice.winner != PEER:
             peer_us, winner_us = choice.times_us.get(PEER), choice.times_us.get(choice.winner)
-            if not (isinstance(peer_us, float) and isinstance(winner_us, float) and winner_us * COMPILED_MARGIN > peer_us):
+            if not (isinstance(peer_us, float) and isinstance(winner_us, float)):
                 return None
+            if winner_us * COMPILED_MARGIN <= peer_us and peer_us - winner_us >= OPAQUE_CALL_US:
+                return None  # a lead worth an opaque call
         peer = refs.resolve(self.op.peer)
         form, several, count = self.form, self.several, len(self.op.outputs)
 

@@ -412,7 +412,9 @@ def _globals_unchanged(fn: JITFunction) -> bool:
     """What JITFunction.run checks before every launch: the globals the kernel read still hold
     the values it was compiled with (else the ordinary path raises triton's error)."""
     for (name, _), (value, scope) in fn.used_global_vals.items():
-        if scope.get(name, _MISSING) != value:
+        now = scope.get(name, _MISSING)
+        # the same object first: a Gluon layout's __eq__ is Python, and a kernel reads dozens
+        if now is not value and now != value:
             return False
     return True
 

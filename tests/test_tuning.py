@@ -146,3 +146,20 @@ def test_tuning_can_be_turned_off_and_bounded(monkeypatch: pytest.MonkeyPatch) -
 
     times = tuning.measure({"a": a, "b": b}, tuning.budget_s(), FakeClock({a: 0.01, b: 0.01}))
     assert "budget" in str(times["b"])  # the budget ran out after the first candidate
+
+
+def test_a_launcher_that_keeps_the_host_busy_loses_a_near_tie() -> None:
+    assert tuning.fastest({"k": 47.0, PEER: 49.7}) == "k"  # wall time alone
+    assert tuning.fastest({"k": 47.0, PEER: 49.7}, {"k": 48.0, PEER: 15.0}) == PEER  # its launch queues as long as it runs
+    assert tuning.fastest({"k": 1900.0, PEER: 2000.0}, {"k": 50.0, PEER: 15.0}) == "k"  # a lead the host cannot eat
+
+
+def test_measure_reports_the_hosts_queueing_time_where_the_clock_gives_it() -> None:
+    host: dict[str, float] = {}
+    times = tuning.measure({"k": lambda: None}, 10, lambda call, n: (0.050 * n, 0.020 * n), host=host)
+    assert times["k"] == pytest.approx(50.0) and host["k"] == pytest.approx(20.0)
+    choice = tuning.Choice("b", "k", "k", {}, {"k": 50.0, PEER: 60.0}, "GPU", "now", "1x1", host_us={"k": 20.0})
+    assert "k 50.0 us (host 20.0), peer 60.0 us" in choice.describe()
+    assert tuning.Choice.from_json(choice.to_json()).host_us == {"k": 20.0}
+    old = {k: v for k, v in choice.to_json().items() if k != "host_us"}  # a cache written before host times
+    assert tuning.Choice.from_json(old).host_us == {}

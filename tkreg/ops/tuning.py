@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +115,11 @@ class Choice:
     measured_at: str
     shape: str
     source: str = "tuning"  # tuning (this process timed it), cache (read from disk), prior
+    host_us: dict[str, float] = field(default_factory=dict)  # each timed candidate's host time per call
 
     def describe(self) -> str:
         timed = sorted(((v, k) for k, v in self.times_us.items() if isinstance(v, float)))
-        listing = ", ".join(f"{k} {v:.1f} us" for v, k in timed)
+        listing = ", ".join(f"{k} {v:.1f} us" + (f" (host {self.host_us[k]:.1f})" if k in self.host_us else "") for v, k in timed)
         untimed = "; ".join(f"{k}: {v}" for k, v in self.times_us.items() if not isinstance(v, float))
         where = f"measured on {self.device} at {self.measured_at} on shape {self.shape}"
         origin = {"cache": "from the tuning cache", "tuning": "timed in this process", "prior": "prior"}[self.source]
@@ -235,10 +236,11 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 
 def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None, round_ms: float = TARGET_ROUND_MS,
-            rounds: int = ROUNDS) -> dict[str, float | str]:
+            rounds: int = ROUNDS, host: dict[str, float] | None = None) -> dict[str, float | str]:
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
-    stream. Each round runs a call for about ``round_ms``; the median of ``rounds`` counts."""
+    stream, and then also the host's own time to queue them, which goes into ``host`` (us per
+    call). Each round runs a call for about ``round_ms``; the median of ``rounds`` counts."""
     clock = clock or _cuda_clock
     started = time.monotonic()
     times: dict[str, float | str] = {}
@@ -249,35 +251,55 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
             continue
         try:
             clock(call, 1)  # compiles, loads, plans: not part of any later call
-            single_ms = clock(call, 1)
+            single_ms = _wall_ms(clock(call, 1))
         except Exception as e:  # a candidate that fails here is not a candidate
             times[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
         plans[name] = max(1, min(MAX_CALLS_PER_ROUND, int(round_ms / max(single_ms, 1e-4))))
     taken: dict[str, list[float]] = {name: [] for name in plans}
+    queued: dict[str, list[float]] = {name: [] for name in plans}
     for _ in range(rounds):
         for name, n in plans.items():
-            taken[name].append(clock(calls[name], n) / n * 1e3)
+            got = clock(calls[name], n)
+            taken[name].append(_wall_ms(got) / n * 1e3)
+            if isinstance(got, tuple):
+                queued[name].append(got[1] / n * 1e3)
     times.update({name: statistics.median(values) for name, values in taken.items()})
+    if host is not None:
+        host.update({name: statistics.median(values) for name, values in queued.items() if values})
     return times
 
 
-def _cuda_clock(call: Callable[[], Any], n: int) -> float:
+def _wall_ms(got: float | tuple[float, float]) -> float:
+    return got[0] if isinstance(got, tuple) else got
+
+
+def _cuda_clock(call: Callable[[], Any], n: int) -> tuple[float, float]:
+    """(ms from the first call's start to the last one's end on the GPU, ms the host took to
+    queue them)."""
     import torch
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
+    began = time.perf_counter()
     for _ in range(n):
         call()
+    queued_ms = (time.perf_counter() - began) * 1e3
     end.record()
     end.synchronize()
-    return start.elapsed_time(end)
+    return start.elapsed_time(end), queued_ms
 
 
-def fastest(times: Mapping[str, float | str]) -> str | None:
-    """The fastest timed candidate; on a tie (within 1%) a kernel beats the peer."""
-    timed = {k: v for k, v in times.items() if isinstance(v, float)}
+def fastest(times: Mapping[str, float | str], host: Mapping[str, float] | None = None) -> str | None:
+    """The fastest timed candidate; on a tie (within 1%) a kernel beats the peer. Where ``host``
+    gives the host's own time per call, it counts too: a launcher that keeps the host busy for as
+    long as its kernel runs wins its back-to-back timing by a hair and then, between a model's
+    other calls, starves the GPU (on an H100, 2026-11-25, a Gluon matmul whose launch queued in
+    48 us won a 16-token Llama MLP block's products that way; the block then ran at 0.80x torch
+    eagerly and 0.54x compiled)."""
+    host = host or {}
+    timed = {k: v + host.get(k, 0.0) for k, v in times.items() if isinstance(v, float)}
     if not timed:
         return None
     best = min(timed.values())
@@ -319,12 +341,14 @@ class Tuner:
             if choice is not None:
                 return choice
             by_label = {c.label: c for c in candidates}
-            times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock)
-            winner = fastest(times)
+            host: dict[str, float] = {}
+            times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host)
+            winner = fastest(times, host)
             if winner is None:
                 return None
             picked = by_label[winner]
-            choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape)
+            choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape,
+                            host_us={k: round(v, 2) for k, v in host.items()})
             self._memory[bucket] = choice
             if self.cache is not None:
                 try:

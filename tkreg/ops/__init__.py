@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .dispatch import TRACEABLE, NoGradientError, PeerFallbackWarning
+from .dispatch import TRACEABLE, PeerFallbackWarning
+from .gradients import NoGradientError
 
 __all__ = [
     "NoGradientError",
@@ -34,7 +35,10 @@ __all__ = [
     "uninstall",
 ]
 # Op names that stay reachable through get() only: they would hide this module's own names.
-_RESERVED = {*__all__, "choosing", "deferred", "dispatch", "remembered", "forms", "library", "model_shapes", "tuning", "walltime"}
+_RESERVED = {
+    *__all__, "choosing", "deferred", "dispatch", "forms", "gradients", "library", "model_shapes", "remembered", "tuning",
+    "walltime",
+}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
 

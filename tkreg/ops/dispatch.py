@@ -34,14 +34,14 @@ from typing import Any
 
 from ..core import refs
 from ..core.errors import InputError
-from ..core.refs import keywords_of
 from ..core.registry import Ranking, Registry
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Kernel, Op
-from . import remembered
+from . import gradients, remembered
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
+from .gradients import BackwardPlan
 from .tuning import PEER
 
 log = logging.getLogger("tkreg.ops")
@@ -60,17 +60,10 @@ ALIGNED_BASE = 1 << 20
 # the host suite of 2026-11-25), a trace holds the peer's torch operations instead.
 COMPILED_MARGIN = 1.10
 OPAQUE_CALL_US = 10.0
-# The keyword a backward formula names to learn which gradients are needed (it may return None
-# for the others): a product's formula then skips the factor nobody asked a gradient of.
-NEEDS_KEYWORD = "needs_input_grad"
 
 
 class PeerFallbackWarning(UserWarning):
     """A tkreg op ran its peer (e.g. torch) because no registered kernel takes the inputs."""
-
-
-class NoGradientError(RuntimeError):
-    """A tkreg op was differentiated but has no way to compute the gradient asked for."""
 
 
 class Params:
@@ -127,21 +120,6 @@ class Plan:
             names = " > ".join(name for name, _ in self.launchers)
             return f"tkreg.ops.{op} calls {self.launchers[0][0]} ({names}): {self.why}"
         return f"tkreg.ops.{op} calls its peer: {self.peer_reason}"
-
-
-@dataclass
-class BackwardPlan:
-    """What gradient calls of one signature do: backward kernels in order, else ``fallback``
-    (the formula, the peer or the error), and why the kernels did not take them."""
-
-    view: KernelView | None
-    outputs: tuple[OutputLayout, ...]
-    params: dict[str, Any]
-    launchers: list[tuple[str, Callable[..., Any]]] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    dense_grads: bool = False  # upstream gradients are copied to contiguous ones for the kernels
-    unwritten: bool = False  # the forward left outputs unwritten: neither kernels nor the formula may read them
-    run: Callable[..., tuple[Any, ...]] | None = None
 
 
 class Dispatcher:
@@ -625,107 +603,22 @@ class Dispatcher:
 
     def _prepare_backward(self, plan: BackwardPlan) -> None:
         if plan.launchers:
-            plan.run = self._backward_kernel_run(plan)
+            plan.run = gradients.kernel_run(self.op, plan, self.grad_index, self.differentiable, self._prepare_backward)
             log.info("tkreg.ops.%s backward calls %s", self.op.name, plan.launchers[0][0])
         elif not self.op.grads:
             message = (f"tkreg.ops.{self.op.name} has no gradient: op {self.op.name!r} declares no differentiable inputs "
                        "(Op(grads=...) names none)")
-            plan.run = _raiser(message)
+            plan.run = gradients.raiser(message)
         elif self.op.backward is not None and not plan.unwritten:
-            plan.run = self._formula_run(plan)
+            plan.run = gradients.formula_run(self.op, plan, self.grad_index)
             log.info("tkreg.ops.%s backward uses its formula: %s", self.op.name, "; ".join(plan.reasons))
         elif self.op.peer is not None:
-            plan.run = self._peer_backward_run(plan)
+            plan.run = gradients.peer_run(self.op, plan, self.grad_index, self.differentiable)
             self.warn_peer("; ".join([*plan.reasons, "no backward formula"]), what="differentiates through", stacklevel=2)
         else:
             message = (f"tkreg.ops.{self.op.name} has no gradient for these inputs: {'; '.join(plan.reasons)}; "
                        f"op {self.op.name!r} has no backward formula (Op(backward=...)) and no peer to differentiate")
-            plan.run = _raiser(message)
-
-    def _backward_kernel_run(self, plan: BackwardPlan) -> Callable[..., tuple[Any, ...]]:
-        import torch
-
-        name, launch = plan.launchers[0]
-        launch = loaded(launch)
-        plan.launchers[0] = (name, launch)
-        view, layouts, params = plan.view, plan.outputs, plan.params
-        assert view is not None
-        grad_index = self.grad_index
-        grad_shapes = tuple(view.shapes[i] for i in grad_index)
-        differentiable = self.differentiable
-        dense = plan.dense_grads
-        empty = torch.empty
-
-        def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
-            if dense:
-                grad_outputs = [g.contiguous() for g in grad_outputs]
-            grads = tuple([empty(inputs[i].shape, dtype=inputs[i].dtype, device=inputs[i].device) for i in grad_index])
-            try:
-                launch(
-                    *view.inputs(inputs),
-                    *[layout.kernel(o) for layout, o in zip(layouts, outputs)],
-                    *[layouts[i].kernel(g) for i, g in zip(differentiable, grad_outputs)],
-                    out=tuple([g if s is None else g.view(s) for g, s in zip(grads, grad_shapes)]),
-                    **params,
-                )
-            except InputError as e:
-                plan.launchers = [(n, f) for n, f in plan.launchers if n != name]
-                plan.reasons.append(f"{name} refused them: {e}")
-                log.info("tkreg.ops.%s: backward kernel %s refused these inputs (%s)", self.op.name, name, e)
-                self._prepare_backward(plan)
-                return plan.run(inputs, outputs, grad_outputs, needs)  # type: ignore[misc]
-            return tuple([g if need else None for g, need in zip(grads, needs)])
-
-        return run
-
-    def _formula_run(self, plan: BackwardPlan) -> Callable[..., tuple[Any, ...]]:
-        import torch
-
-        formula = refs.resolve(self.op.backward)
-        keywords = keywords_of(formula)
-        takes_needs = keywords is not None and NEEDS_KEYWORD in keywords
-        params, grad_index, count, op = plan.params, self.grad_index, len(self.op.grads), self.op
-
-        def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
-            extra = {NEEDS_KEYWORD: needs} if takes_needs else {}
-            grads = as_tuple(formula(tuple(inputs), tuple(outputs), tuple(grad_outputs), **params, **extra))
-            if len(grads) != count:
-                names = ", ".join(op.grads)
-                raise TypeError(f"op {op.name}: its backward formula returned {len(grads)} gradient(s); it has {count} ({names})")
-            zeros = torch.zeros_like
-            pairs = zip(grads, grad_index, needs)
-            return tuple([None if not need else zeros(inputs[i]) if g is None else g for g, i, need in pairs])
-
-        return run
-
-    def _peer_backward_run(self, plan: BackwardPlan) -> Callable[..., tuple[Any, ...]]:
-        import torch
-
-        peer = refs.resolve(self.op.peer)
-        params, grad_index, differentiable = plan.params, self.grad_index, self.differentiable
-
-        def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
-            wanted = {i for i, need in zip(grad_index, needs) if need}
-            with torch.enable_grad(), _autograd_dispatch():
-                leaves = [x.detach().requires_grad_(i in wanted) for i, x in enumerate(inputs)]
-                outs = as_tuple(peer(*leaves, out=None, **params))
-                pairs = [(outs[i], g) for i, g in zip(differentiable, grad_outputs) if outs[i].requires_grad]
-                targets = [leaves[i] for i in grad_index if i in wanted]
-                if targets and not pairs:  # zeros would be a wrong answer, not a gradient
-                    raise NoGradientError(f"tkreg.ops.{self.op.name}: autograd recorded nothing through the peer "
-                                          f"{self.op.peer_name} here (is autograd off where this backward runs?)")
-                got = iter(
-                    torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True)
-                    if pairs and targets
-                    else [None] * len(targets)
-                )
-            result = []
-            for i, need in zip(grad_index, needs):
-                g = next(got) if need else None
-                result.append(None if not need else torch.zeros_like(inputs[i]) if g is None else g)
-            return tuple(result)
-
-        return run
+            plan.run = gradients.raiser(message)
 
     # -- deciding at trace time ------------------------------------------------------------------
     def static_route(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> Callable[..., Any] | None:
@@ -817,28 +710,6 @@ def _allocator(layout: OutputLayout) -> Callable[[], Any]:
     return functools.partial(torch.empty_strided, layout.shape, layout.stride, dtype=layout.dtype, device=layout.device)
 
 
-def _autograd_dispatch() -> Any:
-    """Autograd on for a peer's recompute, also inside a custom operator's implementation: a
-    compiled graph's backward runs ``torch.ops.tkreg_backward.<op>`` below autograd, where
-    ``torch.enable_grad()`` alone records nothing (and every gradient would come out zero). Only
-    the autograd keys are let back; everything else this thread excludes (autocast) stays out."""
-    import contextlib
-
-    import torch
-
-    c = torch._C
-    try:
-        keys = c.DispatchKeySet(c.DispatchKey.AutogradFunctionality)
-        for extra in (c.DispatchKey.AutogradOther, c.DispatchKey.AutogradNestedTensor):
-            keys = keys | c.DispatchKeySet(extra)
-        excluded = c._dispatch_tls_local_exclude_set()
-        if not any(excluded.has(k) for k in (c.DispatchKey.AutogradFunctionality, c.DispatchKey.AutogradOther)):
-            return contextlib.nullcontext()
-        return c._ForceDispatchKeyGuard(c._dispatch_tls_local_include_set(), excluded - keys)
-    except (AttributeError, TypeError):  # pragma: no cover - a torch without these: the check above reports it
-        return contextlib.nullcontext()
-
-
 def _picker(op: Op) -> Callable[[Any], Any] | None:
     """From every output of ``op``, the ones callers of tkreg.ops.<op> get (None: all of them)."""
     returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
@@ -848,13 +719,6 @@ def _picker(op: Op) -> Callable[[Any], Any] | None:
         (index,) = returned
         return lambda outs: outs[index]
     return lambda outs: tuple([outs[i] for i in returned])
-
-
-def _raiser(message: str) -> Callable[..., Any]:
-    def run(*args: Any) -> Any:
-        raise NoGradientError(message)
-
-    return run
 
 
 def _rejections(ranking: Ranking, skipped: Sequence[str] = ()) -> str:

@@ -43,7 +43,8 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Op
-from .dispatch import Dispatcher, NoGradientError
+from .dispatch import Dispatcher
+from .gradients import NoGradientError
 
 log = logging.getLogger("tkreg.ops")
 

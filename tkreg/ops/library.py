@@ -211,8 +211,6 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
     calls from C++. False where this torch lacks the pieces."""
     import torch._library.autograd as torch_autograd
 
-    is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
-    tensor, parameter = _PLAIN
     try:
         standard = torch_autograd.make_autograd_impl(overload, defined)
     except (AttributeError, TypeError) as e:  # pragma: no cover - another torch's internals
@@ -220,18 +218,11 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
         return False
 
     def autograd_kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
-        if not is_compiling() and not is_in_torch_dispatch_mode():
-            wants_grad = False
-            for t in inputs:
-                cls = type(t)
-                if cls is not tensor and cls is not parameter:
-                    break
-                wants_grad = wants_grad or t.requires_grad
-            else:
-                if not (wants_grad and grad_enabled()):
-                    return slot.dispatcher(*inputs, **params)
-                if apply is not None:
-                    return apply(*inputs, params)
+        way = way_of(inputs)
+        if way == DISPATCH:
+            return slot.dispatcher(*inputs, **params)
+        if way == DIFFERENTIABLE and apply is not None:
+            return apply(*inputs, params)
         return standard(keyset, *inputs, **params)
 
     try:
@@ -289,6 +280,26 @@ def _fresh(t: Any, others: Sequence[Any]) -> Any:
     return t.clone(memory_format=torch.contiguous_format)
 
 
+def way_of(inputs: Sequence[Any]) -> int:
+    """How a call of these inputs is taken: TORCH, torch's own way through the operator (while
+    compiling, for a tensor subclass, under a dispatch mode); else DIFFERENTIABLE where a plain
+    tensor wants a gradient (the op's autograd.Function), and DISPATCH where none does (the
+    dispatcher at once). tkreg.ops.<op> and the operators' autograd kernels ask alike."""
+    if torch.compiler.is_compiling():
+        return TORCH
+    grad, wanted = torch.is_grad_enabled(), False
+    for t in inputs:
+        cls = type(t)
+        if cls in _PLAIN:
+            if grad and t.requires_grad:
+                wanted = True
+        elif isinstance(t, torch.Tensor):
+            return TORCH
+    if is_in_torch_dispatch_mode():
+        return TORCH
+    return DIFFERENTIABLE if wanted else DISPATCH
+
+
 def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """``tkreg.ops.<op>``: plain tensors that need no autograd go straight to the dispatcher
     (the torch.library path costs several microseconds more per call), and those that want a
@@ -297,29 +308,14 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     operator.
     Returns the outputs the op marks ``returned`` (one tensor, or a tuple of them)."""
     op = dispatcher.op
-    returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
     is_compiling = torch.compiler.is_compiling
     grad_enabled = torch.is_grad_enabled
-    tensor, parameter = _PLAIN
+    tensor = torch.Tensor
     check_params = dispatcher.params.values
-
-    def route(inputs: Sequence[Any]) -> int:
-        """DISPATCH, DIFFERENTIABLE (plain tensors, a gradient wanted) or TORCH (the operator)."""
-        grad, wanted = grad_enabled(), False
-        for t in inputs:
-            cls = type(t)
-            if cls is tensor or cls is parameter:
-                if grad and t.requires_grad:
-                    wanted = True
-            elif isinstance(t, tensor):
-                return TORCH
-        if is_in_torch_dispatch_mode():
-            return TORCH
-        return DIFFERENTIABLE if wanted else DISPATCH
 
     def run(inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         if overload is not None:
-            way = TORCH if is_compiling() else route(inputs)
+            way = way_of(inputs)
             if way != DISPATCH:
                 if params:
                     check_params(params)  # the op's own message for a bad parameter, not the schema's
@@ -355,6 +351,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     names = dispatcher.form.input_names
     if names is not None:
         full = signature_of(op, names)
-        returns = torch.Tensor if len(returned) == 1 else tuple.__class_getitem__((torch.Tensor,) * len(returned))
+        count = len(dispatcher.returned)
+        returns = torch.Tensor if count == 1 else tuple.__class_getitem__((torch.Tensor,) * count)
         call.__signature__ = full.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return call

@@ -90,6 +90,13 @@ class Params:
         return dict(zip(self.names, values))
 
 
+def _plan_key(tensors: Sequence[Any], values: tuple[Any, ...]) -> Any:
+    """What a plan is kept under: the tensors' signature, with the parameter values where the op
+    has any (tkreg.ops.<op>'s own fast path builds the same key inline)."""
+    key = _tensor_key(tensors)
+    return (key, values) if key is not None and values else key
+
+
 def _tensor_key(tensors: Sequence[Any]) -> tuple[Any, ...] | None:
     try:
         return tuple([(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % ALIGNMENT_CLASS_BYTES) for t in tensors])
@@ -135,8 +142,9 @@ class Dispatcher:
         self.grad_index = tuple(op.inputs.index(g) for g in op.grads)
         self.differentiable = tuple(i for i, o in enumerate(op.outputs) if o.differentiable)
         # outputs only kernels compute (an rstd kept for the backward): a peer may not write them
-        self.kernels_own_outputs = any(not o.returned for o in op.outputs)
-        self.pick = _picker(op)
+        self.returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
+        self.kernels_own_outputs = len(self.returned) < len(op.outputs)
+        self.pick = _picker(len(op.outputs), self.returned)
         self._plans: dict[Any, Plan] = {}
         self._backward_plans: dict[Any, BackwardPlan] = {}
         self._launchers: dict[str, Callable[..., Any]] = {}
@@ -152,9 +160,7 @@ class Dispatcher:
     def __call__(self, *inputs: Any, **params: Any) -> Any:
         """Every output: one tensor, or a tuple where the op has several."""
         values = self.params.values(params) if params else self.params.defaults
-        key: Any = _tensor_key(inputs)
-        if key is not None and values:
-            key = (key, values)
+        key = _plan_key(inputs, values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
             plan = self._recalled(inputs, key, values) if key is not None else None
@@ -334,7 +340,7 @@ class Dispatcher:
         params, several, reason = plan.params, self.several, plan.peer_reason
         layouts = plan.outputs
         allocate = [_allocator(layout) for layout in layouts]
-        returned = [i for i, o in enumerate(self.op.outputs) if o.returned]
+        returned = self.returned
 
         def failed(e: Exception) -> InputError:
             return InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}")
@@ -351,6 +357,14 @@ class Dispatcher:
 
         functional = self._functional_peer(params)
 
+        def outputs_given(inputs: Sequence[Any]) -> Any:
+            """From now on the peer writes into outputs allocated here (it may fill only those it
+            returns: the kernels' own may stay unwritten)."""
+            plan.complete = not self.kernels_own_outputs
+            self._set_run(plan, into_outputs)
+            self._note_partial(plan)
+            return into_outputs(*inputs)
+
         def first(*inputs: Any) -> Any:
             """The first call decides which way the peer is called for this signature."""
             try:
@@ -358,19 +372,13 @@ class Dispatcher:
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError):
-                plan.complete = not self.kernels_own_outputs
-                self._set_run(plan, into_outputs)
-                self._note_partial(plan)
-                return into_outputs(*inputs)
+                return outputs_given(inputs)
             fits = len(got) in (len(layouts), len(returned)) and all(
                 tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype
                 for t, layout in zip(got, layouts if len(got) == len(layouts) else [layouts[i] for i in returned])
             )
             if not fits:
-                plan.complete = not self.kernels_own_outputs  # it may fill what it returns only
-                self._set_run(plan, into_outputs)
-                self._note_partial(plan)
-                return into_outputs(*inputs)
+                return outputs_given(inputs)
             if len(got) == len(layouts):
                 self._set_run(plan, functional)
                 self._remember(plan, inputs, {"way": "functional"})
@@ -397,8 +405,7 @@ class Dispatcher:
         """Runs of a peer that returns what callers get (y) but not the kernels' own outputs
         (``internal``: index and layout), which are allocated, unwritten, where every output is
         returned, and not at all for tkreg.ops.<op>."""
-        count = len(self.op.outputs)
-        returned = [i for i, o in enumerate(self.op.outputs) if o.returned]
+        count, returned = len(self.op.outputs), self.returned
         allocate = [(i, _allocator(layout)) for i, layout in internal]
 
         def with_internal(*inputs: Any) -> Any:
@@ -507,9 +514,7 @@ class Dispatcher:
     ) -> tuple[Any, ...]:
         """Gradients of the inputs the op lists in ``grads`` (in that order; None where ``needs``
         says no), given every output and the upstream gradient of each differentiable output."""
-        key: Any = _tensor_key((*inputs, *outputs, *grad_outputs))
-        if key is not None:
-            key = (key, values)
+        key = _plan_key((*inputs, *outputs, *grad_outputs), values)
         plan = self._backward_plans.get(key) if key is not None else None
         if plan is None:
             plan = self.backward_plan(inputs, outputs, grad_outputs, values)
@@ -573,9 +578,7 @@ class Dispatcher:
         """Why the kernels' own outputs of the forward of these inputs may hold garbage; empty
         where the forward wrote them all: a kernel ran it (eagerly, or traced by torch.compile,
         which never traces a peer that leaves them unwritten), or a peer that returns them all."""
-        key: Any = _tensor_key(inputs)
-        if key is not None and values:
-            key = (key, values)
+        key = _plan_key(inputs, values)
         own = ", ".join(o.name for o in self.op.outputs if not o.returned)
         if key is None or key in self._partial_keys:
             return f"the forward ran the peer {self.op.peer_name}, which leaves {own} unwritten"
@@ -710,10 +713,10 @@ def _allocator(layout: OutputLayout) -> Callable[[], Any]:
     return functools.partial(torch.empty_strided, layout.shape, layout.stride, dtype=layout.dtype, device=layout.device)
 
 
-def _picker(op: Op) -> Callable[[Any], Any] | None:
-    """From every output of ``op``, the ones callers of tkreg.ops.<op> get (None: all of them)."""
-    returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
-    if len(op.outputs) == 1 or len(returned) == len(op.outputs):
+def _picker(count: int, returned: tuple[int, ...]) -> Callable[[Any], Any] | None:
+    """From an op's ``count`` outputs, the ones callers of tkreg.ops.<op> get (``returned``, their
+    indices; None: all of them)."""
+    if count == 1 or len(returned) == count:
         return None
     if len(returned) == 1:
         (index,) = returned

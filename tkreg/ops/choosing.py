@@ -99,7 +99,7 @@ class Chooser:
                 labels = ", ".join(c.label for c in named)
                 return Decision(prior.launchers, f"{prior.why} (prior: the bucket {bucket} is not measured on this GPU; "
                                 f"a call with tuning on times {labels})", "prior")
-            candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params)
+            candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params, named)
             shape = "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
             choice = tuner.choose(bucket, candidates, shape, _device_name(device))
             if choice is None:
@@ -149,22 +149,22 @@ class Chooser:
         kernel_inputs: Sequence[Any],
         layouts: Sequence[OutputLayout],
         params: dict[str, Any],
+        named: Sequence[Candidate] | None = None,
     ) -> dict[Candidate, Callable[[], Any]]:
-        """Every way to run these inputs, as calls that write only into scratch outputs, in the
-        order they are timed: the peer (nothing to compile), each kernel at its launcher's own
-        choice, then the configs kernels offer for tuning, so a tuning budget that runs out
-        leaves out the least likely first."""
+        """Every way to run these inputs (``named``, else :meth:`candidate_names`), as calls that
+        write only into scratch outputs, in the order they are timed: the peer (nothing to
+        compile), each kernel at its launcher's own choice, then the configs kernels offer for
+        tuning, so a tuning budget that runs out leaves out the least likely first."""
         several = len(layouts) > 1
+        by_name = {k.name: k for k in kernels}
         calls: dict[Candidate, Callable[[], Any]] = {}
-        if self.op.peer is not None:
-            calls[Candidate(None)] = self._peer_call(inputs, layouts, params)
-        extra: dict[Candidate, Callable[[], Any]] = {}
-        for kernel in kernels:
-            launch = loaded(launcher(kernel))  # timed now: imported now
-            for i, config in enumerate(self.tune_configs(kernel, kernel_inputs, params)):
-                call = _KernelCall(launch, kernel_inputs, layouts, several, {**params, **config})
-                (calls if i == 0 else extra)[Candidate(kernel.name, config)] = call
-        return {**calls, **extra}
+        for candidate in named if named is not None else self.candidate_names(kernels, kernel_inputs, params):
+            if candidate.kernel is None:
+                calls[candidate] = self._peer_call(inputs, layouts, params)
+            else:
+                launch = loaded(launcher(by_name[candidate.kernel]))  # timed now: imported now
+                calls[candidate] = _KernelCall(launch, kernel_inputs, layouts, several, {**params, **dict(candidate.config)})
+        return calls
 
     def _peer_call(self, inputs: Sequence[Any], layouts: Sequence[OutputLayout], params: dict[str, Any]) -> Callable[[], Any]:
         """The peer as a plan that chose it calls it: as torch code (``out=None``) where its

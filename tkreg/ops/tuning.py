@@ -167,15 +167,8 @@ class TuningCache:
             with _file_lock(self.path(op).with_suffix(".lock")):
                 merged = self._read(op)
                 merged[choice.bucket] = choice
-                document = {
-                    "format": FORMAT,
-                    "environment": self.environment,
-                    "choices": {b: c.to_json() for b, c in sorted(merged.items())},
-                }
-                fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{op}.", suffix=".tmp")
-                with os.fdopen(fd, "w") as f:
-                    json.dump(document, f, indent=1)
-                os.replace(temporary, self.path(op))
+                choices = {b: c.to_json() for b, c in sorted(merged.items())}
+                self._replace(op, self.path(op), {"choices": choices}, indent=1)
             self._loaded[op] = merged
 
     def signatures(self, op: str) -> dict[str, dict[str, Any]]:
@@ -194,11 +187,16 @@ class TuningCache:
                 for signature, entry in entries.items():
                     if signature in merged or len(merged) < limit:
                         merged[signature] = entry
-                document = {"format": FORMAT, "environment": self.environment, "signatures": merged}
-                fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{op}.", suffix=".tmp")
-                with os.fdopen(fd, "w") as f:
-                    json.dump(document, f)
-                os.replace(temporary, path)
+                self._replace(op, path, {"signatures": merged})
+
+    def _replace(self, op: str, path: Path, content: dict[str, Any], indent: int | None = None) -> None:
+        """Write a file of this environment whole: a temporary file beside it, then renamed over
+        it, so a reader never sees half of one (the caller holds the file lock)."""
+        document = {"format": FORMAT, "environment": self.environment, **content}
+        fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{op}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(document, f, indent=indent)
+        os.replace(temporary, path)
 
     def signatures_path(self, op: str) -> Path:
         return self.folder / f"{op}.signatures.json"

@@ -31,11 +31,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core import refs
 from ..core.loading import default_registry
 from ..core.registry import Registry
 from ..core.specs import Op
-from .calls import Signature, geomean, launcher_call, make_inputs, say
+from .calls import Signature, geomean, launcher_call, make_inputs, peer_call, say
 from .suites import Deadline, Measured
 
 PICK_WITHIN = 0.95  # tkreg.ops passes where the fastest other candidate takes at least this share of its time
@@ -198,9 +197,9 @@ def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str
         for config in Chooser.tune_configs(kernel, inputs, op.defaults):
             label = kernel.name if not config else kernel.name + "[" + ",".join(f"{k}={v}" for k, v in config.items()) + "]"
             found[label] = launcher_call(op, functools.partial(launcher, **config), inputs)
-    if op.peer is not None:
-        peer, params = refs.resolve(op.peer), op.defaults
-        found["peer"] = lambda: peer(*inputs, out=None, **params)
+    peer = peer_call(op, inputs, None)  # as torch code calls it
+    if peer is not None:
+        found["peer"] = peer
     return found
 
 
@@ -249,9 +248,9 @@ def cold_calls(payload: str) -> list[dict[str, Any]]:
         inputs = make_inputs(registry, sig, seed=2)
         op = registry.op(op_name)
         row: dict[str, Any] = {"check": "cold", "op": op_name, "shape": sig.shape, "dtype": dtype, "variant": variant}
-        if op.peer is not None:
-            peer, params = refs.resolve(op.peer), op.defaults
-            first, warm = _first_and_warm(functools.partial(peer, *inputs, out=None, **params))
+        peer = peer_call(op, inputs, None)  # as torch code calls it
+        if peer is not None:
+            first, warm = _first_and_warm(peer)
             row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
         call = ops.get(op_name)
         before = counted["n"]

@@ -310,3 +310,56 @@ def test_a_remembered_peer_that_returns_y_only_still_keeps_backward_kernels_off_
         torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)
     finally:
         tkreg.ops.uninstall()
+
+
+@pytest.fixture
+def one_gpu(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """warm() replays on the process's GPUs: here one, simulated like the rest."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    return gpu_like
+
+
+def test_warm_replays_what_earlier_processes_ran_so_first_calls_plan_and_time_nothing(
+    one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    from tests.ops_support import same_alignment_as
+    from tkreg.ops import dispatch, remembered
+
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    wide = torch.randn(64, 80, device=DEVICE)[:, 3:67]  # strided, and another alignment class
+    two_kernels.toy_mul(x, y)  # timed: toy_fast
+    two_kernels.toy_mul(wide, y)
+    monkeypatch.setitem(SPEED, "peer", 0.005)
+    small = torch.randn(5, 7, device=DEVICE)
+    two_kernels.toy_mul(small, small)  # timed: the peer
+    remembered.flush()
+
+    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    planned: list[Any] = []
+    plan = dispatch.Dispatcher.plan
+    monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
+    TIMED.clear()
+    assert fresh.warm() == {"toy_mul": 3}
+    assert len(planned) == 2 and TIMED == []  # the kernels' signatures are planned from the cache; the peer's not at all
+    planned.clear()
+    for a, b in ((same_alignment_as(x, 1), y), (wide, y), (small, small)):  # fresh values, the same signatures
+        torch.testing.assert_close(fresh.toy_mul(a, b), a * b)
+    assert planned == [] and TIMED == []  # every first call found its plan made
+
+
+def test_warm_checks_op_names_and_skips_what_it_cannot_replay(one_gpu: Path, two_kernels: Any) -> None:
+    import tkreg
+    from tkreg.ops import keys, warming
+
+    with pytest.raises(tkreg.UnknownNameError, match="toy_mul"):
+        two_kernels.warm(["no_such_op"])
+    assert two_kernels.warm("toy_mul") == {}  # nothing remembered yet
+    x = torch.randn(4, 6, device=DEVICE)
+    key = keys.tensors_key([x])
+    assert key is not None
+    made = warming.inputs_of(key, False, devices=1)
+    assert made is not None and keys.tensors_key(made) == key and not made[0].any()
+    elsewhere = (*key[:3], torch.device("cuda", 3), key[4])
+    assert warming.inputs_of(elsewhere, False, devices=1) is None  # a GPU this process lacks

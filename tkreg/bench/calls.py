@@ -158,24 +158,29 @@ class HostTime:
     queued_us: float  # the queueing alone: the host's work per call
 
 
-def host_time(fn: Call, calls: int, rounds: int) -> HostTime:
-    """Per call of ``calls`` calls queued back to back, the least of ``rounds`` rounds (the host's
-    own noise only adds)."""
+def host_times(calls: Mapping[str, Call], count: int, rounds: int) -> dict[str, HostTime]:
+    """Per call of ``count`` calls queued back to back, the least of ``rounds`` rounds (the host's
+    own noise only adds). The rounds interleave the calls, so a host that speeds up or slows down
+    while they are timed moves them alike and their ratios hold."""
     import torch
 
-    for _ in range(HOST_WARM_CALLS):
-        fn()
-    torch.cuda.synchronize()
-    per_call, queued = math.inf, math.inf
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    for fn in calls.values():
+        for _ in range(HOST_WARM_CALLS):
             fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        per_call, queued = min(per_call, (t2 - t0) / calls), min(queued, (t1 - t0) / calls)
-    return HostTime(per_call * 1e6, queued * 1e6)
+    torch.cuda.synchronize()
+    per_call = dict.fromkeys(calls, math.inf)
+    queued = dict.fromkeys(calls, math.inf)
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            t0 = time.perf_counter()
+            for _ in range(count):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            per_call[name] = min(per_call[name], (t2 - t0) / count)
+            queued[name] = min(queued[name], (t1 - t0) / count)
+    return {name: HostTime(per_call[name] * 1e6, queued[name] * 1e6) for name in calls}
 
 
 def geomean(values: Iterable[float]) -> float:

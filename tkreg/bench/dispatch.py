@@ -85,7 +85,7 @@ def measure(deadline: Deadline) -> Measured:
     picks = [r for r in rows if r.get("check") == "pick"]
     passed = [r for r in picks if r.get("pass")]
     chosen_well = [r for r in picks if r.get("choice_pass")]
-    summary = {
+    summary: dict[str, Any] = {
         "seed": seed,
         "picks": len(picks),
         "picks_within": len(passed),
@@ -94,6 +94,15 @@ def measure(deadline: Deadline) -> Measured:
         "choices_within": len(chosen_well),
         "choice_share": round(len(chosen_well) / len(picks), 3) if picks else None,
     }
+    for warmed in (False, True):
+        cold = [r for r in rows if r.get("check") == "cold" and r.get("warmed") is warmed and "first_us" in r]
+        if cold:
+            ratios = sorted(r["first_us"] / r["warm_us"] for r in cold)
+            prefix = "cold_warmed" if warmed else "cold"
+            summary[f"{prefix}_first_over_warm_median"] = round(statistics.median(ratios), 2)
+            summary[f"{prefix}_within_2x"] = sum(x <= 2.0 for x in ratios)
+            summary[f"{prefix}_calls"] = len(ratios)
+            summary[f"{prefix}_timing_calls"] = sum(r.get("timing_calls", 0) for r in cold)
     notes = (f"pick: tkreg.ops against the fastest of every kernel (own choice and tuning configs) and the peer on random "
              f"shapes (seed {seed}), wall time per call as queued back to back (CUDA events, launch included), median of "
              f"interleaved rounds; pass where the fastest other takes >= {PICK_WITHIN} of tkreg.ops' time (ratio); "
@@ -205,31 +214,41 @@ def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str
 
 # -- 2. a cold process with a warm cache ---------------------------------------------------------------
 def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict[str, Any]]:
+    """Two new processes over this one's cache: one calls each signature as a model would, the
+    other calls tkreg.ops.warm() first, as a server would at start-up."""
     if not signatures or timeout_s <= 0:
         return []
     from ..ops import remembered
 
     remembered.flush()  # what this process remembers, written now as its exit would
     payload = json.dumps([[s.op, list(s.dims), s.dtype, s.variant] for s in signatures])
-    code = "import sys, json; from tkreg.bench.dispatch import cold_calls; print(json.dumps(cold_calls(sys.argv[1])))"
-    try:
-        done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return [{"check": "cold", "error": f"the cold process did not finish within {timeout_s:.0f} s"}]
-    if done.returncode != 0:
-        return [{"check": "cold", "error": done.stderr.strip()[-500:]}]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
-    for r in rows:
-        say(f"  cold {r.get('op')} {r.get('shape')}: first {r.get('first_us')} us, warm {r.get('warm_us')} us, "
-            f"timing calls {r.get('timing_calls')}")  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for warmed in (False, True):
+        code = ("import sys, json; from tkreg.bench.dispatch import cold_calls; "
+                f"print(json.dumps(cold_calls(sys.argv[1], warmed={warmed})))")  # fmt: skip
+        try:
+            done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=timeout_s / 2)
+        except subprocess.TimeoutExpired:
+            late = f"the cold process did not finish within {timeout_s / 2:.0f} s"
+            rows.append({"check": "cold", "warmed": warmed, "error": late})
+            continue
+        if done.returncode != 0:
+            rows.append({"check": "cold", "warmed": warmed, "error": done.stderr.strip()[-500:]})
+            continue
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        for r in got:
+            say(f"  cold{' after warm()' if warmed else ''} {r.get('op')} {r.get('shape')}: first {r.get('first_us')} us, "
+                f"warm {r.get('warm_us')} us, timing calls {r.get('timing_calls')}")  # fmt: skip
+        rows += got
     return rows
 
 
-def cold_calls(payload: str) -> list[dict[str, Any]]:
+def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     """In a new process: each signature's first call and a warm call (each synchronized), and how
     many times tuning timed anything. Before tkreg's, the peer's own first and warm calls of the
     signature: what torch itself pays the first time it sees a shape (cuBLAS picks its algorithm,
-    a kernel loads) is then paid, and measured, apart from tkreg's own first-call work."""
+    a kernel loads) is then paid, and measured, apart from tkreg's own first-call work. With
+    ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row)."""
     from .. import ops
     from ..ops import tuning
 
@@ -242,12 +261,20 @@ def cold_calls(payload: str) -> list[dict[str, Any]]:
 
     tuning.measure = counting  # type: ignore[assignment]
     registry = default_registry()
+    warm_s = None
+    if warmed:
+        started = time.perf_counter()
+        ops.warm()
+        warm_s = round(time.perf_counter() - started, 3)
     rows = []
     for op_name, dims, dtype, variant in json.loads(payload):
         sig = Signature.of(op_name, dict(dims), dtype, variant)
         inputs = make_inputs(registry, sig, seed=2)
         op = registry.op(op_name)
-        row: dict[str, Any] = {"check": "cold", "op": op_name, "shape": sig.shape, "dtype": dtype, "variant": variant}
+        row: dict[str, Any] = {"check": "cold", "warmed": warmed, "op": op_name, "shape": sig.shape, "dtype": dtype,
+                               "variant": variant}  # fmt: skip
+        if warm_s is not None:
+            row["warm_s"] = warm_s
         peer = peer_call(op, inputs, None)  # as torch code calls it
         if peer is not None:
             first, warm = _first_and_warm(peer)
@@ -256,7 +283,7 @@ def cold_calls(payload: str) -> list[dict[str, Any]]:
         before = counted["n"]
         first, warm = _first_and_warm(functools.partial(call, *inputs))
         row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
-                   source=_source(op_name, inputs))  # fmt: skip
+                   source=_source(op_name, inputs), runs=_chosen(op_name, inputs))  # fmt: skip
         rows.append(row)
     return rows
 

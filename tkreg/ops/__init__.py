@@ -33,11 +33,12 @@ __all__ = [
     "tune",
     "tune_model",
     "uninstall",
+    "warm",
 ]
 # Op names that stay reachable through get() only: they would hide this module's own names.
 _RESERVED = {
-    *__all__, "choosing", "deferred", "dispatch", "forms", "gradients", "library", "model_shapes", "remembered", "tuning",
-    "walltime",
+    *__all__, "choosing", "deferred", "dispatch", "forms", "gradients", "keys", "library", "model_shapes", "remembered",
+    "tuning", "walltime", "warming",
 }
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
@@ -118,6 +119,20 @@ def tune_model(config: Any, op: str | None = None, tokens: Any = None, dtype: st
     from .tune import tune_model as run
 
     return run(config, op, tokens, dtype)
+
+
+def warm(ops: Any = None) -> dict[str, int]:
+    """Replay, on this process's GPUs, every signature earlier processes ran from a measured choice
+    (remembered beside the tuning cache), so that later calls of them find their plans made and
+    their kernels loaded; returns how many per op. Call it once at start-up, after the model is
+    on its GPUs (see :mod:`tkreg.ops.warming`)."""
+    from .warming import warm as replay
+
+    names = None if ops is None else [ops] if isinstance(ops, str) else list(ops)
+    for name in names or ():
+        get(name)  # an unknown op's error lists the known ones
+    _ops()
+    return replay(_installed["dispatchers"], names)
 
 
 def traceable(launcher: Callable[..., Any]) -> Callable[..., Any]:

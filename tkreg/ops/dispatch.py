@@ -35,9 +35,8 @@ from typing import Any
 from ..core import refs
 from ..core.errors import InputError
 from ..core.registry import Ranking, Registry
-from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Kernel, Op
-from . import gradients, remembered
+from . import gradients, keys, remembered
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
@@ -90,20 +89,6 @@ class Params:
         return dict(zip(self.names, values))
 
 
-def _plan_key(tensors: Sequence[Any], values: tuple[Any, ...]) -> Any:
-    """What a plan is kept under: the tensors' signature, with the parameter values where the op
-    has any (tkreg.ops.<op>'s own fast path builds the same key inline)."""
-    key = _tensor_key(tensors)
-    return (key, values) if key is not None and values else key
-
-
-def _tensor_key(tensors: Sequence[Any]) -> tuple[Any, ...] | None:
-    try:
-        return tuple([(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % ALIGNMENT_CLASS_BYTES) for t in tensors])
-    except (AttributeError, TypeError):  # not tensors: planning gives the op's error
-        return None
-
-
 @dataclass
 class Plan:
     """What calls of one signature do: the kernels to try in order (launcher names and
@@ -153,14 +138,14 @@ class Dispatcher:
         # (which start over when full) so a backward never mistakes such a forward for a kernel's.
         self._partial_keys: set[Any] = set()
         self._partial_forgotten = False
-        self._remembered: dict[int, dict[str, dict[str, Any]]] = {}  # per CUDA device (see .remembered)
+        self._remembered: dict[int, dict[Any, dict[str, Any]]] = {}  # per CUDA device (see .remembered)
         self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
 
     # -- the hot path -----------------------------------------------------------------------
     def __call__(self, *inputs: Any, **params: Any) -> Any:
         """Every output: one tensor, or a tuple where the op has several."""
         values = self.params.values(params) if params else self.params.defaults
-        key = _plan_key(inputs, values)
+        key = keys.plan_key(inputs, values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
             plan = self._recalled(inputs, key, values) if key is not None else None
@@ -170,6 +155,8 @@ class Dispatcher:
                 if plan.fallback:
                     self.warn_peer(plan.peer_reason)
                 self.prepare(plan, inputs)
+                if plan.launchers:
+                    self._remember(plan, inputs, {"way": remembered.KERNEL})
             if key is not None:
                 if len(self._plans) >= PLAN_CACHE_SIZE:
                     self._plans.clear()
@@ -381,12 +368,12 @@ class Dispatcher:
                 return outputs_given(inputs)
             if len(got) == len(layouts):
                 self._set_run(plan, functional)
-                self._remember(plan, inputs, {"way": "functional"})
+                self._remember(plan, inputs, {"way": remembered.FUNCTIONAL})
                 return got if several else got[0]
 
             internal = [(i, layouts[i]) for i in range(len(layouts)) if i not in returned]
             self._peer_with_internal(plan, functional, internal)
-            self._remember(plan, inputs, {"way": "with_internal", "internal": [
+            self._remember(plan, inputs, {"way": remembered.WITH_INTERNAL, "internal": [
                 [i, list(o.shape), None if o.stride is None else list(o.stride), str(o.dtype).removeprefix("torch.")]
                 for i, o in internal
             ]})  # fmt: skip
@@ -431,33 +418,40 @@ class Dispatcher:
 
     # -- signatures remembered across processes (see .remembered) -----------------------------------
     def _remember(self, plan: Plan, inputs: Sequence[Any], entry: dict[str, Any]) -> None:
-        """Remember a plan whose measured choice is the peer, for later processes."""
+        """Remember a plan that follows a measured choice, for later processes."""
         if plan.key is None or plan.fallback or plan.source not in ("cache", "tuning"):
             return
         device = self.chooser.device(inputs)
         cache = self.chooser.tuner(device).cache if device is not None else None
         if cache is not None:
-            remembered.remember(cache, self.op.name, remembered.text(plan.key), {**entry, "why": plan.peer_reason})
+            why = plan.peer_reason if not plan.launchers else plan.why
+            signature = remembered.text(plan.key, bool(self.params.names))
+            remembered.remember(cache, self.op.name, signature, {**entry, "why": why})
 
-    def _recalled(self, inputs: Sequence[Any], key: Any, values: tuple[Any, ...]) -> Plan | None:
-        """The plan of a signature an earlier process remembered, made without planning; None
-        where none did (or the inputs are not on a GPU)."""
-        device = self.chooser.device(inputs)
-        if device is None or self.op.peer is None:
-            return None
+    def remembered_signatures(self, device: int) -> dict[Any, dict[str, Any]]:
+        """The signatures earlier processes remembered on this CUDA device, by plan key (read once)."""
         known = self._remembered.get(device)
         if known is None:
             cache = self.chooser.tuner(device).cache
-            known = self._remembered[device] = cache.signatures(self.op.name) if cache is not None else {}
-        entry = known.get(remembered.text(key)) if known else None
-        if entry is None:
+            entries = cache.signatures(self.op.name) if cache is not None else {}
+            known = self._remembered[device] = remembered.parse(entries, bool(self.params.names))
+        return known
+
+    def _recalled(self, inputs: Sequence[Any], key: Any, values: tuple[Any, ...]) -> Plan | None:
+        """The plan of a signature an earlier process remembered running the peer, made without
+        planning; None where none did (or the inputs are not on a GPU, or a kernel runs it)."""
+        device = self.chooser.device(inputs)
+        if device is None or self.op.peer is None:
+            return None
+        entry = self.remembered_signatures(device).get(key)
+        if entry is None or entry.get("way") not in (remembered.FUNCTIONAL, remembered.WITH_INTERNAL):
             return None
         import torch
 
         params = self.params.as_dict(values or self.params.defaults)
         plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key)
         functional = self._functional_peer(params)
-        if entry.get("way") == "functional":
+        if entry["way"] == remembered.FUNCTIONAL:
             self._set_run(plan, functional)
         else:
             internal = [(i, OutputLayout(tuple(shape), None if stride is None else tuple(stride), getattr(torch, dtype),
@@ -514,7 +508,7 @@ class Dispatcher:
     ) -> tuple[Any, ...]:
         """Gradients of the inputs the op lists in ``grads`` (in that order; None where ``needs``
         says no), given every output and the upstream gradient of each differentiable output."""
-        key = _plan_key((*inputs, *outputs, *grad_outputs), values)
+        key = keys.plan_key((*inputs, *outputs, *grad_outputs), values)
         plan = self._backward_plans.get(key) if key is not None else None
         if plan is None:
             plan = self.backward_plan(inputs, outputs, grad_outputs, values)
@@ -578,7 +572,7 @@ class Dispatcher:
         """Why the kernels' own outputs of the forward of these inputs may hold garbage; empty
         where the forward wrote them all: a kernel ran it (eagerly, or traced by torch.compile,
         which never traces a peer that leaves them unwritten), or a peer that returns them all."""
-        key = _plan_key(inputs, values)
+        key = keys.plan_key(inputs, values)
         own = ", ".join(o.name for o in self.op.outputs if not o.returned)
         if key is None or key in self._partial_keys:
             return f"the forward ran the peer {self.op.peer_name}, which leaves {own} unwritten"

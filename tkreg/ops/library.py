@@ -41,8 +41,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
-from ..core.signature import ALIGNMENT_CLASS_BYTES
 from ..core.specs import Op
+from . import keys
 from .dispatch import Dispatcher
 from .gradients import NoGradientError
 
@@ -308,9 +308,6 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     operator.
     Returns the outputs the op marks ``returned`` (one tensor, or a tuple of them)."""
     op = dispatcher.op
-    is_compiling = torch.compiler.is_compiling
-    grad_enabled = torch.is_grad_enabled
-    tensor = torch.Tensor
     check_params = dispatcher.params.values
 
     def run(inputs: Sequence[Any], params: dict[str, Any]) -> Any:
@@ -326,32 +323,78 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
 
     pick = dispatcher.pick
 
+    def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        got = run(inputs, params)
+        return got if pick is None else pick(got)
+
     # The common call (plain tensors, no autograd, no parameters given, a signature already
     # planned) finds its plan in one pass over the inputs, building the dispatcher's own key: on
     # launch-bound sizes the host's work per call is what the caller waits for.
-    plans, defaults, tensor_type = dispatcher._plans, dispatcher.params.defaults, tensor
-    alignment = ALIGNMENT_CLASS_BYTES
-
-    def call(*inputs: Any, **params: Any) -> Any:
-        if not params and not is_compiling():
-            grad = grad_enabled()
-            key = []
-            for t in inputs:
-                if type(t) is not tensor_type or (grad and t.requires_grad):
-                    break
-                key.append((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % alignment))
-            else:
-                plan = plans.get((tuple(key), defaults) if defaults else tuple(key))
-                if plan is not None and not is_in_torch_dispatch_mode():
-                    return plan.returned(*inputs)
-        return run(inputs, params) if pick is None else pick(run(inputs, params))
-
+    names = dispatcher.form.input_names
+    arity = len(names) if names is not None else 0
+    if 1 <= arity <= keys.MAX_UNROLLED:
+        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params.defaults, slow)
+    else:
+        call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow)
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = f"tkreg op {op.name!r}: {op.description or 'see tkreg.ops.explain'}"
-    names = dispatcher.form.input_names
     if names is not None:
         full = signature_of(op, names)
         count = len(dispatcher.returned)
         returns = torch.Tensor if count == 1 else tuple.__class_getitem__((torch.Tensor,) * count)
         call.__signature__ = full.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    return call
+
+
+_MISSING = object()  # an input a call did not pass (the generated fast path's default)
+
+# tkreg.ops.<op> for an op of a known arity: the fast path with the inputs as named parameters
+# and the key as one expression (tkreg.ops.keys.source), generated because on a launch-bound call
+# a loop, a list and nested tuples are a fifth of what the dispatch costs the host. Anything
+# unusual (a missing or extra input, a tensor subclass, a gradient wanted, parameters given,
+# compiling, an unplanned signature, a dispatch mode) takes ``slow(inputs, params)``.
+_UNROLLED = """
+def call({defaults}, /, *rest, **params):
+    if not params and not rest and {plain} and not is_compiling():
+        if not (grad_enabled() and ({wanted})):
+            plan = plans.get(({key}{values}))
+            if plan is not None and not in_mode():
+                return plan.returned({names})
+    return slow(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
+"""
+
+
+def _unrolled_call(arity: int, plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callable[..., Any]) -> Callable[..., Any]:
+    names = [f"t{i}" for i in range(arity)]
+    text = _UNROLLED.format(
+        defaults=", ".join(f"{n}=MISSING" for n in names),
+        plain=" and ".join(f"type({n}) in PLAIN" for n in names),
+        wanted=" or ".join(f"{n}.requires_grad" for n in names),
+        key=keys.source(names),
+        values=", defaults" if defaults else "",
+        names=", ".join(names),
+    )
+    scope = {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
+             "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "plans": plans,
+             "defaults": defaults, "slow": slow}  # fmt: skip
+    return keys.generated(text, "call", scope)
+
+
+def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callable[..., Any]) -> Callable[..., Any]:
+    """The fast path for an op of many (or unnamed) inputs."""
+    is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
+
+    def call(*inputs: Any, **params: Any) -> Any:
+        if not params and not is_compiling():
+            grad = grad_enabled()
+            for t in inputs:
+                if type(t) not in _PLAIN or (grad and t.requires_grad):
+                    break
+            else:
+                key = keys.tensors_key(inputs)
+                plan = plans.get((*key, defaults) if key is not None and defaults else key)
+                if plan is not None and not is_in_torch_dispatch_mode():
+                    return plan.returned(*inputs)
+        return slow(inputs, params)
+
     return call

@@ -1,12 +1,19 @@
-"""Signatures a later process runs without planning.
+"""Signatures a later process knows before its first call of them.
 
 Planning a new signature costs a few hundred microseconds of Python (the contract's checks, the
-views, the registry's requirements, the bucket's choice): a process with a warm tuning cache pays
-that on the first call of every shape, more than ten times a warm call. Where a plan's answer is
-the op's peer, measured faster for the bucket, nothing in it depends on more than the signature
-and the environment the tuning cache is kept for. So such plans are remembered beside the cache:
-the signature's text, the way the peer is called and why. A later process in the same environment
-runs the peer on the first call of a remembered signature at once.
+views, the registry's requirements, the bucket's choice), and the first launch of a Triton kernel
+in a process loads it (milliseconds; the first of all also hashes Triton itself, about 0.3 s).
+A process with a warm tuning cache would pay that on the first call of every shape. So every
+signature whose plan follows a measured choice is remembered beside the cache, in the
+environment the cache is kept for: its key as plain data (:func:`tkreg.ops.keys.to_json`) and
+what the plan does:
+
+- ``way`` "functional" or "with_internal": the measured choice is the op's peer, and how it is
+  called. Nothing in such a plan depends on more than the signature and the environment, so a
+  later process runs the peer on the signature's first call without planning it.
+- ``way`` "kernel": a kernel runs it. A later process plans it as usual (from the cached choice,
+  timing nothing); :func:`tkreg.ops.warm` replays it ahead, so that its first call finds the plan
+  made and the kernel loaded.
 
 Entries are collected while a process runs and written when it exits, merged under the cache's
 file lock (:meth:`tkreg.ops.tuning.TuningCache.add_signatures`), so no call pays for a write.
@@ -15,20 +22,37 @@ file lock (:meth:`tkreg.ops.tuning.TuningCache.add_signatures`), so no call pays
 from __future__ import annotations
 
 import atexit
+import json
+import logging
 import threading
 from typing import Any
 
+from . import keys
+
+log = logging.getLogger("tkreg.ops")
+
 ENTRIES_MAX = 50_000  # per op and environment: beyond it, new signatures are planned each process
+KERNEL, FUNCTIONAL, WITH_INTERNAL = "kernel", "functional", "with_internal"  # an entry's "way"
 
 _pending: dict[tuple[int, str], tuple[Any, dict[str, dict[str, Any]]]] = {}
 _lock = threading.Lock()
 _registered = False
 
 
-def text(key: Any) -> str:
-    """A signature key (dtypes, torch.Size shapes, strides, devices, alignment classes and the
-    parameter values) as stable text: the same in every process."""
-    return repr(key)
+def text(key: tuple[Any, ...], has_params: bool) -> str:
+    """A plan key as the stable text entries are kept under: the same in every process."""
+    return json.dumps(keys.to_json(key, has_params), sort_keys=True, separators=(",", ":"))
+
+
+def parse(entries: dict[str, dict[str, Any]], has_params: bool) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Entries read from the cache, by the plan key each names (unreadable ones left out)."""
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for signature, entry in entries.items():
+        try:
+            found[keys.from_json(json.loads(signature), has_params)] = entry
+        except (ValueError, TypeError) as e:  # another tkreg's format, or a damaged entry: plan it anew
+            log.debug("a remembered signature left out (%s): %s", e, signature[:200])
+    return found
 
 
 def remember(cache: Any, op: str, signature: str, entry: dict[str, Any]) -> None:

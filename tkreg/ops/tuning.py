@@ -41,10 +41,11 @@ ENV_BUDGET = "TKREG_TUNE_BUDGET_S"
 ENV_CACHE = "TKREG_CACHE_DIR"
 DEFAULT_BUDGET_S = 10.0
 PEER = "peer"  # the candidate name of the op's peer
-TARGET_ROUND_MS = 1.0  # device time each candidate spends per round, so short calls repeat enough
-ROUNDS = 5
-MAX_CALLS_PER_ROUND = 200
-FORMAT = 1  # bumped when the file layout changes; older files are ignored
+TARGET_ROUND_MS = 2.0  # device time each candidate spends per round, so short calls repeat enough
+ROUNDS = 7
+MAX_CALLS_PER_ROUND = 400
+TIE = 0.03  # wall times within 3% of the fastest tie; the least host time breaks the tie
+FORMAT = 2  # bumped when the file layout changes; older files are ignored
 
 
 def enabled() -> bool:
@@ -290,20 +291,22 @@ def _cuda_clock(call: Callable[[], Any], n: int) -> tuple[float, float]:
 
 
 def fastest(times: Mapping[str, float | str], host: Mapping[str, float] | None = None) -> str | None:
-    """The fastest timed candidate; on a tie (within 1%) a kernel beats the peer. Where ``host``
-    gives the host's own time per call, it counts too: a launcher that keeps the host busy for as
-    long as its kernel runs wins its back-to-back timing by a hair and then, between a model's
-    other calls, starves the GPU (on an H100, 2026-11-25, a Gluon matmul whose launch queued in
-    48 us won a 16-token Llama MLP block's products that way; the block then ran at 0.80x torch
-    eagerly and 0.54x compiled)."""
-    host = host or {}
-    timed = {k: v + host.get(k, 0.0) for k, v in times.items() if isinstance(v, float)}
+    """The candidate with the least wall time per call, the acceptance measure of a choice. Those
+    within TIE of it tie, and where ``host`` gives each one's own time to queue a call, the one
+    that keeps the host least busy wins the tie: a launcher that queues for as long as its kernel
+    runs wins back-to-back timing by a hair, then starves the GPU between a model's other calls
+    (on an H100, 2026-11-25, a Gluon matmul whose launch queued in 48 us won a 16-token Llama MLP
+    block's products by noise; the block then ran at 0.80x torch eagerly and 0.54x compiled).
+    A lead beyond TIE is kept whatever the host time: the wall time of calls queued back to back
+    already counts the host where it is what holds a call back."""
+    timed = {k: v for k, v in times.items() if isinstance(v, float)}
     if not timed:
         return None
     best = min(timed.values())
-    tied = [k for k, v in timed.items() if v <= best * 1.01]
-    kernels = [k for k in tied if k != PEER]
-    return min(kernels, key=lambda k: timed[k]) if kernels else PEER
+    tied = [k for k, v in timed.items() if v <= best * (1 + TIE)]
+    if host and all(k in host for k in tied):
+        return min(tied, key=lambda k: (host[k], timed[k]))
+    return min(tied, key=lambda k: timed[k])
 
 
 def now() -> str:

@@ -244,7 +244,15 @@ def host_table(document: Mapping[str, Any]) -> str:
         body.append([str(r.get("op", "-")), str(r.get("path", "")), shape or "-", _us(us), _us(r.get("host_us")),
                      "-" if ratio is None else f"{ratio:.2f}x"])  # fmt: skip
     headers = ["op", "what is called", "input", "us per call", "of which queueing", "x the peer's, allocating alike"]
-    return table(headers, body, [False, False, False, True, True, True])
+    text = table(headers, body, [False, False, False, True, True, True])
+    summary = {op: v for op, v in (document.get("summary") or {}).items() if isinstance(v, Mapping)}
+    if summary:
+        said = [f"{op} {v['ops_over_torch']:.2f}x" + (f" (operator +{v['operator_extra_us']:.1f} us)"
+                                                     if _is_number(v.get("operator_extra_us")) else "")
+                for op, v in sorted(summary.items()) if _is_number(v.get("ops_over_torch"))]  # fmt: skip
+        text += ("\n\ntkreg.ops against torch's own allocating call (goal: at most 1.3x), and what torch.ops.tkreg "
+                 "costs beyond it (goal: at most 5 us): " + ", ".join(said) + ".")  # fmt: skip
+    return text
 
 
 def _median(sorted_values: Sequence[float]) -> float:
@@ -371,20 +379,9 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         table(["op", "shapes", "choice within 5%", "worst choice", "tkreg.ops within 5%", "tkreg.ops / fastest (geomean)"],
               body, [False, True, True, True, True, True]),
     ]  # fmt: skip
-    cold = [r for r in rows if r.get("check") == "cold" and _is_number(r.get("first_us"))]
+    cold = [r for r in rows if r.get("check") == "cold" and _is_number(r.get("first_us")) and r.get("warm_us")]
     if cold:
-        ratios = sorted(r["first_us"] / r["warm_us"] for r in cold if r.get("warm_us"))
-        timed = sum(r.get("timing_calls", 0) for r in cold)
-        text = (f"A cold process with the warm cache: {timed} timing calls over {len(cold)} shapes; its first call of "
-                f"a shape took {_median(ratios):.0f}x a warm call (median; {ratios[0]:.0f}x to {ratios[-1]:.0f}x): "
-                "the first shape of an op imports its plugin, a shape a kernel runs loads that kernel, and a "
-                "signature no earlier process remembered is planned.")  # fmt: skip
-        torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
-                              if _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
-        if torch_ratios:
-            text += (f" Those first calls came after the peer's own first call of the shape, which took "
-                     f"{_median(torch_ratios):.0f}x its warm call (median; {torch_ratios[0]:.0f}x to {torch_ratios[-1]:.0f}x).")
-        parts += ["", text]
+        parts += ["", _cold_text(cold)]
     graphs = [r for r in rows if r.get("check") == "graph"]
     if graphs:
         same = [r["op"] for r in graphs if r.get("same_bits")]
@@ -404,6 +401,38 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         parts += ["", table(["workload (bf16)", "through tkreg.ops (us)", "torch (us)", "torch / tkreg"], work,
                             [False, True, True, True])]  # fmt: skip
     return "\n".join(parts)
+
+
+def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
+    """A cold process with the warm cache, without and with tkreg.ops.warm() first: timing calls,
+    and its first call of a shape over a warm call, where the peer runs it and where a kernel does."""
+    said = []
+    for warmed in (False, True):
+        mine = [r for r in cold if bool(r.get("warmed")) is warmed]
+        if not mine:
+            continue
+        timed = sum(r.get("timing_calls", 0) for r in mine)
+        groups = []
+        kinds = [("shapes", mine)]  # older records do not say what ran each shape
+        if all("runs" in r for r in mine):
+            kinds = [("shapes the peer runs", [r for r in mine if r["runs"] == "peer"]),
+                     ("shapes a kernel runs", [r for r in mine if r["runs"] != "peer"])]  # fmt: skip
+        for what, group in kinds:
+            ratios = sorted(r["first_us"] / r["warm_us"] for r in group)
+            if ratios:
+                within = sum(x <= 2.0 for x in ratios)
+                groups.append(f"{len(ratios)} {what}: first call {_median(ratios):.1f}x a warm call (median; "
+                              f"{ratios[0]:.1f}x to {ratios[-1]:.0f}x; within 2x on {within})")  # fmt: skip
+        how = (f"after tkreg.ops.warm() ({mine[0].get('warm_s', '?')} s)" if warmed else
+               "calling each shape as a model would")  # fmt: skip
+        said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
+    torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
+                          if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
+    if torch_ratios:
+        said.append(f"Each tkreg first call came after the peer's own first call of the shape, which took "
+                    f"{_median(torch_ratios):.1f}x its warm call (median; {torch_ratios[0]:.1f}x to "
+                    f"{torch_ratios[-1]:.0f}x).")  # fmt: skip
+    return " ".join(said)
 
 
 def linear_ops(document: Mapping[str, Any]) -> set[str]:

@@ -1,0 +1,105 @@
+"""Plan keys: what tkreg.ops keeps a call's plan under, built as cheaply as Python allows.
+
+A key is one flat tuple: for each input tensor its dtype, shape, strides, device and base-address
+alignment class (see :mod:`tkreg.core.signature`), then, where the op has parameters, the tuple
+of their values. Flat, because the key is built on every call, and on a launch-bound call the
+host's work is what the caller waits for: nested tuples, a list and a loop cost about a fifth of
+the dispatch's own time. Keys of one to MAX_UNROLLED tensors are built by functions generated
+from one expression (:data:`FIELDS`), as the dispatcher's fast path is (tkreg.ops.library), so
+the two can never disagree.
+
+Keys also travel between processes (:mod:`.remembered`): :func:`to_json` writes one as plain
+data and :func:`from_json` makes the same key again, equal and of equal hash, in a later process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..core.signature import ALIGNMENT_CLASS_BYTES
+
+MASK = ALIGNMENT_CLASS_BYTES - 1  # a power of two: ptr & MASK is the alignment class
+# What a key holds of one tensor, as Python source on a name (the generated code's single source).
+FIELDS = ("{t}.dtype", "{t}.shape", "{t}.stride()", "{t}.device", f"{{t}}.data_ptr() & {MASK}")
+PER_TENSOR = len(FIELDS)
+MAX_UNROLLED = 4  # arities with a generated key function; more inputs take the loop
+
+
+def source(names: Sequence[str]) -> str:
+    """The key of tensors named ``names`` as a Python expression (no parentheses)."""
+    return ", ".join(field.format(t=name) for name in names for field in FIELDS)
+
+
+def generated(text: str, name: str, scope: dict[str, Any]) -> Callable[..., Any]:
+    """The function ``name`` defined by ``text`` in a namespace holding ``scope``."""
+    namespace = dict(scope)
+    exec(compile(text, f"<tkreg.ops.keys {name}>", "exec"), namespace)  # our own template, never outside text
+    return namespace[name]
+
+
+def _unrolled(arity: int) -> Callable[..., tuple[Any, ...]]:
+    names = [f"t{i}" for i in range(arity)]
+    return generated(f"def key({', '.join(names)}):\n    return ({source(names)},)\n", "key", {})
+
+
+_BY_ARITY = {n: _unrolled(n) for n in range(1, MAX_UNROLLED + 1)}
+
+
+def _looped(tensors: Sequence[Any]) -> tuple[Any, ...]:
+    key: list[Any] = []
+    for t in tensors:
+        key += (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & MASK)
+    return tuple(key)
+
+
+def tensors_key(tensors: Sequence[Any]) -> tuple[Any, ...] | None:
+    """The key part of these tensors; None where one is not a tensor (planning gives the op's error)."""
+    build = _BY_ARITY.get(len(tensors))
+    try:
+        return build(*tensors) if build is not None else _looped(tensors)
+    except (AttributeError, TypeError):
+        return None
+
+
+def plan_key(tensors: Sequence[Any], values: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What a plan is kept under: the tensors' key, then the parameter values where the op has any."""
+    key = tensors_key(tensors)
+    return (*key, values) if key is not None and values else key
+
+
+# -- keys as plain data, for later processes -------------------------------------------------------
+def to_json(key: tuple[Any, ...], has_params: bool) -> dict[str, Any]:
+    """``key`` as JSON-ready data: each tensor's dtype name, shape, strides, device and alignment
+    class, and the parameter values."""
+    body = key[:-1] if has_params else key
+    tensors = []
+    for i in range(0, len(body), PER_TENSOR):
+        dtype, shape, stride, device, align = body[i : i + PER_TENSOR]
+        tensors.append({"dtype": str(dtype).removeprefix("torch."), "shape": list(shape), "stride": list(stride),
+                        "device": device.type, "index": device.index, "align": align})  # fmt: skip
+    return {"tensors": tensors, "params": list(key[-1]) if has_params else []}
+
+
+def from_json(data: dict[str, Any], has_params: bool) -> tuple[Any, ...]:
+    """The key :func:`to_json` wrote, made again; ValueError where the data is not such a key."""
+    import torch
+
+    key: list[Any] = []
+    try:
+        for t in data["tensors"]:
+            dtype = getattr(torch, t["dtype"])
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"{t['dtype']!r} is not a torch dtype")
+            device = torch.device(t["device"], t["index"]) if t["index"] is not None else torch.device(t["device"])
+            key += (dtype, torch.Size(t["shape"]), tuple(int(s) for s in t["stride"]), device, int(t["align"]))
+        params = tuple(data["params"])
+    except (KeyError, TypeError, AttributeError, RuntimeError) as e:
+        raise ValueError(f"not a remembered signature: {e}") from e
+    return (*key, params) if has_params else tuple(key)
+
+
+def tensor_specs(key: tuple[Any, ...], has_params: bool) -> list[tuple[Any, ...]]:
+    """(dtype, shape, strides, device, alignment class) of each tensor of ``key``."""
+    body = key[:-1] if has_params else key
+    return [tuple(body[i : i + PER_TENSOR]) for i in range(0, len(body), PER_TENSOR)]

@@ -262,7 +262,9 @@ def test_a_later_process_runs_a_signature_whose_measured_choice_is_the_peer_with
 
     monkeypatch.setitem(SPEED, "peer", 0.005)
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    other = torch.randn(3, 200, device=DEVICE)
     two_kernels.toy_mul(x, y)  # timed: the peer is fastest
+    two_kernels.toy_mul(other, other)
     remembered.flush()  # what the process does at exit
     assert (gpu_like / "tuning").rglob("toy_mul.signatures.json")
 
@@ -273,6 +275,12 @@ def test_a_later_process_runs_a_signature_whose_measured_choice_is_the_peer_with
     fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
     torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
     assert planned == [] and TIMED == []  # the remembered signature: no plan, no timing
+    # reading what was remembered made the plans of the other signatures the peer runs: their first
+    # calls take tkreg.ops' fast path, as later calls do
+    from tkreg.ops import keys
+
+    assert keys.tensors_key([other, other]) in fresh._installed["dispatchers"]["toy_mul"]._plans
+    torch.testing.assert_close(fresh.toy_mul(other, other), other * other)
     assert fresh.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer: faster for these inputs")
     planned.clear()
     fresh.toy_mul(torch.randn(60, 60, device=DEVICE), torch.randn(60, 60, device=DEVICE))  # another signature, same bucket

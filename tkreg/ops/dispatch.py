@@ -148,7 +148,7 @@ class Dispatcher:
         key = keys.plan_key(inputs, values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
-            plan = self._recalled(inputs, key, values) if key is not None else None
+            plan = self._recalled(inputs, key) if key is not None else None
             if plan is None:
                 plan = self.plan(inputs, values)
                 plan.key = key
@@ -429,34 +429,56 @@ class Dispatcher:
             remembered.remember(cache, self.op.name, signature, {**entry, "why": why})
 
     def remembered_signatures(self, device: int) -> dict[Any, dict[str, Any]]:
-        """The signatures earlier processes remembered on this CUDA device, by plan key (read once)."""
+        """The signatures earlier processes remembered on this CUDA device, by plan key (read once;
+        the plans of those the peer runs are made then, so that their first calls find them on
+        tkreg.ops' fast path, as later calls do)."""
         known = self._remembered.get(device)
         if known is None:
             cache = self.chooser.tuner(device).cache
             entries = cache.signatures(self.op.name) if cache is not None else {}
             known = self._remembered[device] = remembered.parse(entries, bool(self.params.names))
+            room = PLAN_CACHE_SIZE - len(self._plans)
+            for key, entry in known.items():
+                if room <= 0:
+                    break
+                if key not in self._plans:
+                    plan = self._recalled_plan(key, entry)
+                    if plan is not None:
+                        self._plans[key] = plan
+                        room -= 1
         return known
 
-    def _recalled(self, inputs: Sequence[Any], key: Any, values: tuple[Any, ...]) -> Plan | None:
+    def _recalled(self, inputs: Sequence[Any], key: Any) -> Plan | None:
         """The plan of a signature an earlier process remembered running the peer, made without
         planning; None where none did (or the inputs are not on a GPU, or a kernel runs it)."""
         device = self.chooser.device(inputs)
-        if device is None or self.op.peer is None:
+        if device is None:
             return None
         entry = self.remembered_signatures(device).get(key)
-        if entry is None or entry.get("way") not in (remembered.FUNCTIONAL, remembered.WITH_INTERNAL):
+        if entry is None:
+            return None
+        return self._plans.get(key) or self._recalled_plan(key, entry)  # reading them may have made it
+
+    def _recalled_plan(self, key: Any, entry: dict[str, Any]) -> Plan | None:
+        """The plan of a remembered signature whose measured choice is the peer (None for others)."""
+        if self.op.peer is None or entry.get("way") not in (remembered.FUNCTIONAL, remembered.WITH_INTERNAL):
             return None
         import torch
 
-        params = self.params.as_dict(values or self.params.defaults)
+        has_params = bool(self.params.names)
+        params = self.params.as_dict(key[-1] if has_params else self.params.defaults)
         plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key)
         functional = self._functional_peer(params)
         if entry["way"] == remembered.FUNCTIONAL:
             self._set_run(plan, functional)
-        else:
-            internal = [(i, OutputLayout(tuple(shape), None if stride is None else tuple(stride), getattr(torch, dtype),
-                                         inputs[0].device)) for i, shape, stride, dtype in entry.get("internal", ())]  # fmt: skip
-            self._peer_with_internal(plan, functional, internal)
+            return plan
+        device = keys.tensor_specs(key, has_params)[0][3]
+        try:
+            internal = [(i, OutputLayout(tuple(shape), None if stride is None else tuple(stride), getattr(torch, dtype), device))
+                        for i, shape, stride, dtype in entry.get("internal", ())]  # fmt: skip
+        except (TypeError, ValueError):  # a damaged entry: plan the signature anew
+            return None
+        self._peer_with_internal(plan, functional, internal)
         return plan
 
     def _functional_peer(self, params: dict[str, Any]) -> Callable[..., Any]:

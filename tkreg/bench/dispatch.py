@@ -400,7 +400,8 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
         from .. import ops
 
         hidden = torch.empty(tokens, i, device="cuda", dtype=torch.bfloat16)
-        products = {"x @ gate.t()": (x, weights[0].t()), "x @ up.t()": (x, weights[1].t()), "h @ down.t()": (hidden, weights[2].t())}
+        products = {"x @ gate.t()": (x, weights[0].t()), "x @ up.t()": (x, weights[1].t()),
+                    "h @ down.t()": (hidden, weights[2].t())}
         row["decisions"] = {what: ops.explain(op, a, b)[:300] for what, (a, b) in products.items()}
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"

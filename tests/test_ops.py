@@ -297,12 +297,27 @@ def test_batched_matmul_runs_a_kernel_that_takes_3d(device: str, dtype: Any) -> 
         tkreg.ops.uninstall()
 
 
-def test_batched_matmul_with_2d_kernels_only_goes_to_the_peer_and_says_why(ops: Any, device: str) -> None:
-    a = randn(2, 9, 16, dtype=torch.float16, device=device, seed=33)
-    b = randn(2, 16, 8, dtype=torch.float16, device=device, seed=34)
+@pytest.mark.parametrize("layout", ["batch", "weights"])
+def test_batched_matmul_runs_the_built_in_batched_kernel(ops: Any, device: str, layout: str) -> None:
+    a = randn(3, 9, 40, dtype=torch.bfloat16, device=device, seed=33)
+    if layout == "batch":
+        b = randn(3, 40, 24, dtype=torch.bfloat16, device=device, seed=34)
+    else:  # per-batch weights as stored, (Bt, N, K), read through their transposes
+        b = randn(3, 24, 40, dtype=torch.bfloat16, device=device, seed=34).transpose(1, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PeerFallbackWarning)  # a kernel takes them: no fallback
+        got = ops.matmul(a, b)
+    assert got.shape == (3, 9, 24) and got.is_contiguous()
+    assert_matmul_close(got, a.double() @ b.double(), k=40)
+    assert ops.explain("matmul", a, b).startswith("tkreg.ops.matmul calls matmul_triton_batched")
+
+
+def test_batched_matmul_no_kernel_takes_goes_to_the_peer_and_says_why(ops: Any, device: str) -> None:
+    a = randn(2, 9, 16, dtype=torch.float32, device=device, seed=33)
+    b = randn(2, 16, 8, dtype=torch.float32, device=device, seed=34)
     with pytest.warns(PeerFallbackWarning, match=(
         r"batched a \(B, M, K\) @ b \(B, K, N\) with a b per batch, passed to kernels as 3-D tensors: "
-        r"every kernel refused; the last, matmul_triton: a must be 2-D"
+        r"no registered kernel takes these inputs: .*matmul_triton_batched \(input 0 is float32"
     )):
         got = ops.matmul(a, b)
     assert torch.equal(got, torch.matmul(a, b))

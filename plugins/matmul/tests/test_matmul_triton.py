@@ -44,6 +44,8 @@ count = 0
 for case in reg.op("matmul").cases_in("default"):
     for dtype in ("float16", "bfloat16"):
         result = run_check(reg, kernel, case, dtype, config, seed=7, device="cpu")
+        if result.rejected:  # a case of batches: the batched kernel's (its launcher refused them, as declared)
+            continue
         count += 1
         if not result.comparison.ok:
             print(result.comparison.report(result.context))
@@ -65,7 +67,8 @@ def test_interpreter_default_cases_small_tiles(kernel):
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     cases = build_registry(env={"TKREG_PLUGINS": "matmul"}).op("matmul").cases_in("default")
-    assert lines[-1] == f"checked {2 * len(cases)}", run.stdout[-3000:]
+    products = [c for c in cases if "B" not in c.dims]  # every case but the batched ones
+    assert lines[-1] == f"checked {2 * len(products)}", run.stdout[-3000:]
     assert len(lines) == 1, run.stdout[-3000:]
 
 

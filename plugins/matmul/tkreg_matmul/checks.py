@@ -23,6 +23,29 @@ def operand_reasons(a: Any, b: Any) -> list[str]:
     return reasons
 
 
+MAX_BATCHES = 65535  # a grid's second axis: one batch per index
+
+
+def matrix_inputs_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
+    """Requirements.inputs of kernels that take one product: 2-D A and B (see operand_reasons)."""
+    return operand_reasons(a, b)
+
+
+def batched_operand_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
+    """Requirements.inputs of batched kernels: A (Bt, M, K) and B (Bt, K, N), 3-D fp16/bf16 tensors of
+    one dtype with as many batches, at most MAX_BATCHES, whose inner dimensions agree."""
+    reasons = tensor_reasons(a, "a", rank=3, dtypes_allowed=DTYPES) + tensor_reasons(b, "b", rank=3, dtypes_allowed=DTYPES)
+    if reasons:
+        return reasons
+    if a.dtype != b.dtype:
+        reasons.append(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        reasons.append(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: need a (Bt, M, K) and b (Bt, K, N)")
+    elif a.shape[0] > MAX_BATCHES:
+        reasons.append(f"{a.shape[0]} batches; at most {MAX_BATCHES} in one launch")
+    return reasons
+
+
 def gluon_matmul_inputs_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
     """Requirements.inputs for TMA matmuls: operand checks, then TMA's layout rules (last stride 1,
     16-byte aligned base and row stride: K and N multiples of 8 for 2-byte types) for A, and for B

@@ -19,7 +19,10 @@ from tkreg.core.tolerances import UNIT_ROUNDOFF
 #                only kernels with arbitrary strides take them, TMA kernels must refuse (A's layout)
 #   "weight"     A contiguous, B = W.t() for a contiguous (N, K) W: x @ W.t() with an nn.Linear weight
 #   "weight-strided"  as "weight", with W a column window of a wider buffer (padded rows, offset base)
-VARIANTS = ("", "strided", "transposed", "weight", "weight-strided")
+#   "batched"    A (Bt, M, K) and B (Bt, K, N), contiguous: Bt products (the case's dim "B")
+#   "batched-weight"  A (Bt, M, K), B = W.transpose(1, 2) for a contiguous (Bt, N, K) W
+BATCHED = ("batched", "batched-weight")
+VARIANTS = ("", "strided", "transposed", "weight", "weight-strided", *BATCHED)
 STRIDED_PAD = 8  # extra elements per row in the "strided" layout; with the row rounded up to 8, 16-byte strides
 STRIDED_OFFSET = 8  # first column of the window: 16 bytes for 2-byte dtypes, keeps the base TMA-aligned
 
@@ -74,6 +77,10 @@ def make_inputs(case: Any, dtype: Any, generator: Any, device: Any) -> tuple[Any
         return randn(M, K), randn(N, K).t()
     if case.variant == "weight-strided":
         return randn(M, K), _window(randn, N, K).t()
+    if case.variant == "batched":
+        return randn(case["B"], M, K), randn(case["B"], K, N)
+    if case.variant == "batched-weight":
+        return randn(case["B"], M, K), randn(case["B"], N, K).transpose(1, 2)
     raise ValueError(f"matmul: unknown case variant {case.variant!r}; known: {', '.join(repr(v) for v in VARIANTS)}")
 
 
@@ -85,12 +92,12 @@ def _window(randn: Any, rows: int, cols: int) -> Any:
 def make_output(a: Any, b: Any) -> Any:
     import torch
 
-    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    return torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)  # (M, N), or (Bt, M, N)
 
 
 def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
-    M, N, K = dims["M"], dims["N"], dims["K"]
-    return Cost(bytes=(M * K + K * N + M * N) * itemsize, flops=2 * M * N * K)
+    M, N, K, batches = dims["M"], dims["N"], dims["K"], dims.get("B", 1)
+    return Cost(bytes=batches * (M * K + K * N + M * N) * itemsize, flops=2 * batches * M * N * K)
 
 
 def peer(a: Any, b: Any, out: Any = None) -> Any:

@@ -38,6 +38,13 @@ BENCH_CASES = (
 RANKING_CASES = tuple(case(M=m, N=n, K=k, sets=("ranking",), variant=v)
                       for m, n, k in ((1000, 1000, 1000), (256, 256, 256)) for v in BENCH_LAYOUTS)
 
+BATCHED_CASES = (
+    case(B=3, M=33, N=40, K=24, variant="batched"),
+    case(B=1, M=16, N=8, K=8, variant="batched"),
+    case(B=2, M=129, N=136, K=72, variant="batched-weight"),
+    case(B=5, M=1, N=72, K=296, variant="batched"),
+)
+
 CASES = (
     # The warp-specialization seed's test shapes.
     case(M=208, N=416, K=304),
@@ -75,6 +82,9 @@ CASES = (
     *BENCH_CASES,
     case(M=4096, N=4096, K=4096, sets=("timer",)),
     *RANKING_CASES,
+    # Batches of products (the linear contract passes a batch of different B as 3-D tensors): odd
+    # sizes, a single batch, B as a batch of weights' transposes, and one row per batch.
+    *BATCHED_CASES,
 )
 
 MATMUL = Op(
@@ -107,7 +117,7 @@ MATMUL_TRITON = Kernel(
     name="matmul_triton",
     op="matmul",
     launcher="tkreg_matmul.triton_kernel:matmul_triton",
-    requires=Requirements(min_capability="8.0", triton=">=3.6"),
+    requires=Requirements(min_capability="8.0", triton=">=3.6", inputs="tkreg_matmul.checks:matrix_inputs_reasons"),
     interpretable=True,
     targets=(
         CompileTarget(
@@ -135,6 +145,23 @@ MATMUL_TRITON = Kernel(
 )
 
 
+MATMUL_TRITON_BATCHED = Kernel(
+    name="matmul_triton_batched",
+    op="matmul",
+    launcher="tkreg_matmul.batched:matmul_triton_batched",
+    requires=Requirements(min_capability="8.0", triton=">=3.6", inputs="tkreg_matmul.checks:batched_operand_reasons"),
+    interpretable=True,
+    targets=MATMUL_TRITON.targets,
+    aot="tkreg_matmul.triton_aot:matmul_triton_batched_aot",
+    configs=(MEDIUM, SMALL, DECODE),
+    bench_configs=({},),
+    compile_configs=({**LARGE, "b_layout": "kn"}, {**LARGE, "b_layout": "nk"}),
+    priority=0,
+    description="batched tl.dot matmul, one launch for every batch (batches on the grid's second axis): "
+    "A (Bt, M, K) @ B (Bt, K, N) with any strides, the tile of matmul_triton",
+)
+
+
 @tkreg.hookimpl
 def tkreg_register_ops(register: Callable[[Op], None]) -> None:
     register(MATMUL)
@@ -143,3 +170,4 @@ def tkreg_register_ops(register: Callable[[Op], None]) -> None:
 @tkreg.hookimpl
 def tkreg_register_kernels(register: Callable[[Kernel], None]) -> None:
     register(MATMUL_TRITON)
+    register(MATMUL_TRITON_BATCHED)

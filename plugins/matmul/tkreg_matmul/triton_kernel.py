@@ -37,6 +37,18 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UPCAST: tl.constexpr, ALIGN: tl.constexpr, B_NK: tl.constexpr,
 ):  # fmt: skip
+    matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                tl.program_id(0), BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, UPCAST, ALIGN, B_NK)  # fmt: skip
+
+
+@triton.jit
+def matmul_tile(
+    a_ptr, b_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, pid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    UPCAST: tl.constexpr, ALIGN: tl.constexpr, B_NK: tl.constexpr,
+):  # fmt: skip
+    """Tile ``pid`` (in grouped order) of C = A @ B; inlined into each kernel that launches it."""
     if ALIGN > 1:
         # The launcher checked these are multiples of ALIGN (A and C row-major, B's unit stride the
         # one B_NK says): the same values, with a divisibility the compiler can see.
@@ -50,7 +62,6 @@ def matmul_kernel(
             stride_bk = (stride_bk // ALIGN) * ALIGN
     # Grouped order: GROUP_M rows of tiles walked column by column, so consecutive programs share
     # B columns and A rows in L2.
-    pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_pid_in_group = GROUP_M * num_pid_n

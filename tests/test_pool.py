@@ -212,3 +212,22 @@ def test_correctness_jobs_on_a_gpu_name_their_variant_and_nothing_else_does(sess
     assert on_gpu.variant(spec) != on_gpu.variant(replace(spec, dtype="float16"))
     assert on_gpu.variant(replace(spec, kind="bench")) is None
     assert session_on([]).variant(spec) is None  # the interpreter compiles nothing
+
+
+def test_a_gpu_runner_gives_back_a_large_cache_between_jobs() -> None:
+    from tkreg.testing.runner_process import RESERVE_KEPT_BYTES, release_cached_memory
+
+    class Cuda:
+        def __init__(self, reserved: int) -> None:
+            self.reserved, self.emptied = reserved, 0
+
+        def memory_reserved(self) -> int:
+            return self.reserved
+
+        def empty_cache(self) -> None:
+            self.emptied += 1
+            self.reserved = 0
+
+    small, large = Cuda(RESERVE_KEPT_BYTES), Cuda(RESERVE_KEPT_BYTES + 1)
+    assert not release_cached_memory(small) and small.emptied == 0  # a small cache stays: the next job reuses it
+    assert release_cached_memory(large) and large.emptied == 1 and large.reserved == 0

@@ -29,6 +29,11 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct("!Q")  # frame length
+# What a GPU runner's caching allocator may keep reserved between jobs; beyond it the cache goes
+# back to the driver. A dozen runners share a GPU with the one that runs benchmarks, whose inputs
+# (2 GiB and more) must still fit: on an H100 the runners each kept 3.5-6 GiB and the benchmark
+# runner 23 GiB it no longer used, and a 2 GiB allocation failed (2026-11-26, make run).
+RESERVE_KEPT_BYTES = 1 << 30
 PARENT_CHECK_S = 1.0  # how often a child checks that its parent is alive
 LOG_TAIL_CHARS = 4000
 JOB_MARK = "--- tkreg runner"  # the line a child writes to its log as it starts each job
@@ -259,10 +264,21 @@ def serve(settings: dict[str, Any]) -> None:
         began = time.perf_counter()
         outcome = execute(job, context)
         outcome.data["seconds"] = time.perf_counter() - began
+        if gpu and not outcome.fatal:
+            release_cached_memory(torch.cuda)
         write_frame(answers, ("outcome", outcome))
         if outcome.fatal:
             sys.stderr.flush()
             os._exit(0)  # torch's exit handlers would touch the broken context
+
+
+def release_cached_memory(cuda: Any) -> bool:
+    """Return the caching allocator's cache to the driver where it holds more than
+    RESERVE_KEPT_BYTES (the GPU is shared with the other runners); True where it did."""
+    if cuda.memory_reserved() <= RESERVE_KEPT_BYTES:
+        return False
+    cuda.empty_cache()
+    return True
 
 
 if __name__ == "__main__":

@@ -104,6 +104,26 @@ def test_the_plan_is_kept_per_signature_and_parameter_values(toy_ops: Any, monke
     assert len(calls("rms_make_output")) == 2  # make_output once per plan, never on the hot path
 
 
+def test_a_call_that_names_its_parameters_takes_the_fast_path(toy_ops: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkreg.ops import library
+
+    x, w = _rand(4, 16, seed=5), _rand(16, seed=6)
+    toy_ops.toy_rms_norm(x, w, eps=0.5)  # planned
+    toy_ops.toy_rms_norm(x, w)
+    slow: list[Any] = []
+    way_of = library.way_of
+    monkeypatch.setattr(library, "way_of", lambda inputs: slow.append(inputs) or way_of(inputs))
+    with torch.no_grad():
+        wide, default = toy_ops.toy_rms_norm(x, w, eps=0.5), toy_ops.toy_rms_norm(x, w, eps=1e-6)
+    assert slow == []  # as a model passes its eps: both found on the fast path
+    torch.testing.assert_close(wide.double(), _rms64(x, w, 0.5)[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(default.double(), _rms64(x, w, 1e-6)[0], atol=1e-5, rtol=1e-5)
+    with pytest.raises(TypeError, match=r"toy_rms_norm: parameter eps must be a float, got 'big'"):
+        toy_ops.toy_rms_norm(x, w, eps="big")  # still the op's own error
+    toy_ops.toy_rms_norm(x, w, eps=1)  # an int: converted, then the same plan as 1.0
+    assert calls("rms_torch")[-1][1] == {"eps": 1.0}
+
+
 def test_the_torch_operator_takes_parameters_keyword_only_with_defaults(toy_ops: Any) -> None:
     schema = str(torch.ops.tkreg.toy_rms_norm.default._schema)
     assert re.fullmatch(r"tkreg::toy_rms_norm\(Tensor x, Tensor weight, \*, float eps=[0-9.e-]+\) -> \(Tensor, Tensor\)", schema)

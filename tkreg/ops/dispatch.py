@@ -74,10 +74,21 @@ class Params:
         self.specs = {p.name: p for p in op.params}
         self.names = tuple(self.specs)
         self.defaults = tuple(p.default for p in op.params)
+        self.kinds = tuple(p.kind for p in op.params)
 
     def values(self, given: dict[str, Any]) -> tuple[Any, ...]:
         if not given:
             return self.defaults
+        if len(given) == len(self.names):
+            # The common call names every parameter with a value of its declared type (a model's
+            # eps, torch.ops' schema): nothing to fill or convert.
+            try:
+                got = tuple([given[n] for n in self.names])
+            except KeyError:
+                pass
+            else:
+                if all(type(v) is k for v, k in zip(got, self.kinds)):
+                    return got
         specs = self.specs
         for name in given:
             if name not in specs:

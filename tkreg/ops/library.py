@@ -333,7 +333,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     names = dispatcher.form.input_names
     arity = len(names) if names is not None else 0
     if 1 <= arity <= keys.MAX_UNROLLED:
-        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params.defaults, slow)
+        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, slow)
     else:
         call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow)
     call.__name__ = call.__qualname__ = op.name
@@ -355,28 +355,32 @@ _MISSING = object()  # an input a call did not pass (the generated fast path's d
 # compiling, an unplanned signature, a dispatch mode) takes ``slow(inputs, params)``.
 _UNROLLED = """
 def call({defaults}, /, *rest, **params):
-    if not params and not rest and {plain} and not is_compiling():
+    if {no_params}not rest and {plain} and not is_compiling():
         if not (grad_enabled() and ({wanted})):
             plan = plans.get(({key}{values}))
             if plan is not None and not in_mode():
                 return plan.returned({names})
     return slow(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
 """
+# An op with parameters keys its plans by their values too: a call that gives them (a model's
+# eps) finds its plan on the fast path as well; a bad one raises the op's own TypeError.
+_VALUES = ", values(params) if params else defaults"
 
 
-def _unrolled_call(arity: int, plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callable[..., Any]) -> Callable[..., Any]:
+def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
     names = [f"t{i}" for i in range(arity)]
     text = _UNROLLED.format(
         defaults=", ".join(f"{n}=MISSING" for n in names),
+        no_params="" if params.names else "not params and ",
         plain=" and ".join(f"type({n}) in PLAIN" for n in names),
         wanted=" or ".join(f"{n}.requires_grad" for n in names),
         key=keys.source(names),
-        values=", defaults" if defaults else "",
+        values=_VALUES if params.names else "",
         names=", ".join(names),
     )
     scope = {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
              "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "plans": plans,
-             "defaults": defaults, "slow": slow}  # fmt: skip
+             "defaults": params.defaults, "values": params.values, "slow": slow}  # fmt: skip
     return keys.generated(text, "call", scope)
 
 

@@ -123,34 +123,16 @@ def _fill(out: Any, y: torch.Tensor) -> Any:
     return out
 
 
-# torch's own kernels behind F.rms_norm and F.layer_norm, which also return the statistics they
-# compute (per row, with a trailing dim of 1): a peer that returns every output leaves nothing for
-# tkreg.ops to allocate (torch.ops.tkreg returns rstd too) and lets a backward kernel read real
-# statistics after a peer's forward. They are kept only where torch computed them in fp32, as the
-# op's outputs are (on a GPU; a CPU gives 16-bit inputs 16-bit statistics): else y alone, and the
-# statistics stay the kernels' own. The rms kernel is new in torch 2.8: without it, F.rms_norm.
-_FUSED_RMS_NORM = getattr(torch, "_fused_rms_norm", None)
-_F32 = torch.float32
-
-
 def rms_norm_peer(x: torch.Tensor, weight: torch.Tensor, *, out: Any = None, eps: float) -> Any:
-    """torch's rms_norm. With out=None, (y, rstd) where this torch's fused kernel gives an fp32
-    rstd, else (y,); with out, fills out's y only (rstd stays the kernels' own)."""
-    if out is None and _FUSED_RMS_NORM is not None:
-        y, rstd = _FUSED_RMS_NORM(x, (x.shape[-1],), weight, eps)
-        return (y, rstd.view(x.shape[:-1])) if rstd.dtype is _F32 else (y,)
+    """F.rms_norm; fills y only (rstd is the kernels' own). With out=None returns (y,)."""
     y = F.rms_norm(x, (x.shape[-1],), weight, eps)
     return (y,) if out is None else _fill(out, y)
 
 
 def layer_norm_peer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, out: Any = None, eps: float) -> Any:
-    """torch's layer_norm. With out=None, (y, mean, rstd) where those are fp32, else (y,); with out,
-    fills out's y only."""
-    if out is None:
-        y, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), weight, bias, eps)
-        rows = x.shape[:-1]
-        return (y, mean.view(rows), rstd.view(rows)) if mean.dtype is _F32 else (y,)
-    return _fill(out, F.layer_norm(x, (x.shape[-1],), weight, bias, eps))
+    """F.layer_norm; fills y only. With out=None returns (y,)."""
+    y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    return (y,) if out is None else _fill(out, y)
 
 
 # torch.compile of the same functions, one compiled function per input signature. Dynamo keeps

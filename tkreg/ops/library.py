@@ -363,8 +363,9 @@ def call({defaults}, /, *rest, **params):
     return slow(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
 """
 # An op with parameters keys its plans by their values too: a call that gives them (a model's
-# eps) finds its plan on the fast path as well; a bad one raises the op's own TypeError.
-_VALUES = ", values(params) if params else defaults"
+# eps) finds its plan on the fast path as well, every one named with a value of its declared type
+# read inline, anything else through the op's own checks (a bad one raises its TypeError).
+_VALUES = ", ({given}) if len(params) == {count} and {typed} else values(params) if params else defaults"
 
 
 def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
@@ -375,13 +376,23 @@ def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callabl
         plain=" and ".join(f"type({n}) in PLAIN" for n in names),
         wanted=" or ".join(f"{n}.requires_grad" for n in names),
         key=keys.source(names),
-        values=_VALUES if params.names else "",
+        values=_values_source(params.names),
         names=", ".join(names),
     )
     scope = {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
              "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "plans": plans,
-             "defaults": params.defaults, "values": params.values, "slow": slow}  # fmt: skip
+             "defaults": params.defaults, "values": params.values, "slow": slow,
+             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
     return keys.generated(text, "call", scope)
+
+
+def _values_source(names: Sequence[str]) -> str:
+    """The key's parameter values in the generated fast path ("" for an op without parameters)."""
+    if not names:
+        return ""
+    given = "".join(f"p{i}, " for i in range(len(names)))
+    typed = " and ".join(f"type(p{i} := params.get({n!r}, MISSING)) is KIND{i}" for i, n in enumerate(names))
+    return _VALUES.format(given=given, count=len(names), typed=typed)
 
 
 def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callable[..., Any]) -> Callable[..., Any]:

@@ -327,15 +327,25 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         got = run(inputs, params)
         return got if pick is None else pick(got)
 
+    def traced(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        """A call torch.compile traces: straight to the torch operator, through as few Python
+        frames as can be, since the compiled code guards on what each one reads."""
+        if overload is None:
+            return slow(inputs, params)
+        if params:
+            check_params(params)  # the op's own message for a bad parameter, not the schema's
+        got = overload(*inputs, **params)
+        return got if pick is None else pick(got)
+
     # The common call (plain tensors, no autograd, no parameters given, a signature already
     # planned) finds its plan in one pass over the inputs, building the dispatcher's own key: on
     # launch-bound sizes the host's work per call is what the caller waits for.
     names = dispatcher.form.input_names
     arity = len(names) if names is not None else 0
     if 1 <= arity <= keys.MAX_UNROLLED:
-        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, slow)
+        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, slow, traced)
     else:
-        call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow)
+        call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow, traced)
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = f"tkreg op {op.name!r}: {op.description or 'see tkreg.ops.explain'}"
     if names is not None:
@@ -355,7 +365,9 @@ _MISSING = object()  # an input a call did not pass (the generated fast path's d
 # compiling, an unplanned signature, a dispatch mode) takes ``slow(inputs, params)``.
 _UNROLLED = """
 def call({defaults}, /, *rest, **params):
-    if {no_params}not rest and {plain} and not is_compiling():
+    if is_compiling():
+        return traced(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
+    if {no_params}not rest and {plain}:
         if not (grad_enabled() and ({wanted})):
             plan = plans.get(({key}{values}))
             if plan is not None and not in_mode():
@@ -368,7 +380,8 @@ def call({defaults}, /, *rest, **params):
 _VALUES = ", ({given}) if len(params) == {count} and {typed} else values(params) if params else defaults"
 
 
-def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
+def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callable[..., Any],
+                   traced: Callable[..., Any]) -> Callable[..., Any]:
     names = [f"t{i}" for i in range(arity)]
     text = _UNROLLED.format(
         defaults=", ".join(f"{n}=MISSING" for n in names),
@@ -381,7 +394,7 @@ def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callabl
     )
     scope = {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
              "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "plans": plans,
-             "defaults": params.defaults, "values": params.values, "slow": slow,
+             "defaults": params.defaults, "values": params.values, "slow": slow, "traced": traced,
              **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
     return keys.generated(text, "call", scope)
 
@@ -395,12 +408,15 @@ def _values_source(names: Sequence[str]) -> str:
     return _VALUES.format(given=given, count=len(names), typed=typed)
 
 
-def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callable[..., Any]) -> Callable[..., Any]:
+def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callable[..., Any],
+                 traced: Callable[..., Any]) -> Callable[..., Any]:
     """The fast path for an op of many (or unnamed) inputs."""
     is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
 
     def call(*inputs: Any, **params: Any) -> Any:
-        if not params and not is_compiling():
+        if is_compiling():
+            return traced(inputs, params)
+        if not params:
             grad = grad_enabled()
             for t in inputs:
                 if type(t) not in _PLAIN or (grad and t.requires_grad):

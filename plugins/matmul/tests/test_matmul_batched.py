@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from tkreg_matmul.batched import alignment
 from tkreg_matmul.checks import MAX_BATCHES, batched_operand_reasons, matrix_inputs_reasons
+from tkreg_matmul.triton_kernel import alignment
 
 torch = pytest.importorskip("torch")
 

@@ -8,20 +8,17 @@ with capability >= 8.0 and under the Triton CPU interpreter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import triton
 import triton.language as tl
 
-from tkreg.launch.fastlaunch import Launcher
-from tkreg.launch.inputs import check_output, device_reasons, fail_if, interpreter_active
+from tkreg.launch.inputs import fail_if
 
 from .checks import batched_operand_reasons
-from .configs import pick_config
 from .gluon_common import ShapeClassCache
-from .layouts import NK, b_layout
-from .triton_kernel import VECTOR, grid_size, matmul_tile
+from .layouts import b_layout
+from .triton_kernel import Plan, launch_planned, matmul_tile, tile_plan
 
 
 @triton.jit
@@ -42,24 +39,6 @@ def batched_matmul_kernel(
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, UPCAST, ALIGN, B_NK)  # fmt: skip
 
 
-def alignment(a: Any, b: Any, out: Any, layout: str | None) -> int:
-    """VECTOR where each batch's A and C are row-major, B is a batch of (K, N) matrices or of (N, K)
-    weights' transposes, and every size and stride the loads depend on (batch strides included) is
-    a multiple of VECTOR elements; else 1."""
-    if layout is None or a.stride(2) != 1 or out.stride(2) != 1:
-        return 1
-    b_stride = b.stride(1) if layout != NK else b.stride(2)
-    sizes = (a.shape[2], b.shape[2], a.stride(1), out.stride(1), b_stride, a.stride(0), b.stride(0), out.stride(0))
-    return VECTOR if all(x % VECTOR == 0 for x in sizes) else 1
-
-
-@dataclass(frozen=True)
-class Plan:
-    launch: Launcher
-    grid: tuple[int, int]
-    sizes: tuple[int, int, int]
-
-
 _plans = ShapeClassCache()
 
 
@@ -67,45 +46,11 @@ def matmul_triton_batched(a: Any, b: Any, out: Any = None, **config: Any) -> Any
     """C = A @ B per batch, into ``out`` (Bt, M, N) or a new contiguous one. ``config``: BLOCK_M,
     BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; any left out come from
     :func:`tkreg_matmul.configs.pick_config` for one batch's sizes."""
-    extra = tuple(sorted(config.items())) if config else None
-    plan = _plans.lookup(a, b, out, extra)
-    if plan is None:
-        plan = _plan(a, b, out, config)
-        _plans.store(a, b, out, extra, plan)
-    if out is None:
-        import torch
-
-        out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=a.dtype, device=a.device)
-    plan.launch(plan.grid, a, b, out, *plan.sizes, *a.stride(), *b.stride(), *out.stride())
-    return out
+    return launch_planned(_plans, _plan, a, b, out, config)
 
 
 def _plan(a: Any, b: Any, out: Any, config: dict[str, Any]) -> Plan:
     fail_if(batched_operand_reasons(a, b))
-    named = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
-    fail_if(device_reasons(named, interpretable=True))
     batches, M, K = a.shape
-    N = b.shape[2]
-    if out is not None:
-        check_output(out, (batches, M, N), a.dtype, a.device)
     layout = b_layout(b[0]) if a.stride(2) == 1 else None
-    params = {**pick_config(M, N, K, a.device, layout or "other"), **config}
-    shape = (batches, M, N)
-    align = alignment(a, b, out if out is not None else _Contiguous(shape), layout)
-    launch = Launcher(
-        batched_matmul_kernel,
-        BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"], GROUP_M=params["GROUP_M"],
-        UPCAST=interpreter_active(), ALIGN=align, B_NK=align > 1 and layout == NK,
-        num_warps=params["num_warps"], num_stages=params["num_stages"],
-    )  # fmt: skip
-    return Plan(launch, (grid_size(M, N, params["BLOCK_M"], params["BLOCK_N"]), batches), (M, N, K))
-
-
-class _Contiguous:
-    """The strides of the contiguous output a call without ``out`` allocates."""
-
-    def __init__(self, shape: tuple[int, int, int]) -> None:
-        self._strides = (shape[1] * shape[2], shape[2], 1)
-
-    def stride(self, dim: int) -> int:
-        return self._strides[dim]
+    return tile_plan(batched_matmul_kernel, a, b, out, (M, b.shape[2], K), layout, config, (batches,))

@@ -111,11 +111,14 @@ VECTOR = 8  # elements in 16 bytes of fp16/bf16
 
 def alignment(a: Any, b: Any, out: Any, layout: str | None) -> int:
     """VECTOR where A and C are row-major, B is (K, N) or an (N, K) weight, and every size and stride
-    the loads depend on is a multiple of VECTOR elements; else 1 (element-wise loads, any layout)."""
-    if layout is None or a.stride(1) != 1 or out.stride(1) != 1:
+    the loads depend on is a multiple of VECTOR elements; else 1 (element-wise loads, any layout).
+    For batches (3-D A, B and C) the same of each batch's matrices, and of the batch strides, so that
+    every batch's matrices start 16 bytes aligned."""
+    if layout is None or a.stride(-1) != 1 or out.stride(-1) != 1:
         return 1
-    b_stride = b.stride(0) if layout == KN else b.stride(1)
-    sizes = (a.shape[1], b.shape[1], a.stride(0), out.stride(0), b_stride)
+    b_stride = b.stride(-2) if layout == KN else b.stride(-1)
+    batch_strides = tuple(t.stride(0) for t in (a, b, out)) if len(a.shape) == 3 else ()
+    sizes = (a.shape[-1], b.shape[-1], a.stride(-2), out.stride(-2), b_stride, *batch_strides)
     return VECTOR if all(x % VECTOR == 0 for x in sizes) else 1
 
 
@@ -125,7 +128,7 @@ class Plan:
     the grid and the sizes."""
 
     launch: Launcher
-    grid: tuple[int]
+    grid: tuple[int, ...]  # tiles, then batches for a batched kernel
     sizes: tuple[int, int, int]
 
 
@@ -138,11 +141,17 @@ def matmul_triton(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
     """C = A @ B. ``config``: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; any left
     out come from :func:`tkreg_matmul.configs.pick_config` for these inputs. The checks and the
     choice run once per shape class; the launch goes through tkreg.launch.fastlaunch."""
+    return launch_planned(_plans, _plan, a, b, out, config)
+
+
+def launch_planned(plans: ShapeClassCache, make_plan: Any, a: Any, b: Any, out: Any, config: dict[str, Any]) -> Any:
+    """A launcher's call: its plan for the inputs' shape class (``make_plan(a, b, out, config)``
+    the first time), the output (a new one where ``out`` is None), the launch."""
     extra = tuple(sorted(config.items())) if config else None
-    plan = _plans.lookup(a, b, out, extra)
+    plan = plans.lookup(a, b, out, extra)
     if plan is None:
-        plan = _plan(a, b, out, config)
-        _plans.store(a, b, out, extra, plan)
+        plan = make_plan(a, b, out, config)
+        plans.store(a, b, out, extra, plan)
     if out is None:
         out = output_for(a, b, None)
     plan.launch(plan.grid, a, b, out, *plan.sizes, *a.stride(), *b.stride(), *out.stride())
@@ -152,18 +161,26 @@ def matmul_triton(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
 def _plan(a: Any, b: Any, out: Any, config: dict[str, Any]) -> Plan:
     """The full checks and the launch plan, for a call whose shape class is not cached yet."""
     fail_if(operand_reasons(a, b))
+    M, K = a.shape
+    N = b.shape[1]
+    return tile_plan(matmul_kernel, a, b, out, (M, N, K), b_layout(b) if a.stride(1) == 1 else None, config, ())
+
+
+def tile_plan(kernel: Any, a: Any, b: Any, out: Any, sizes: tuple[int, int, int], layout: str | None,
+              config: dict[str, Any], batches: tuple[int, ...]) -> Plan:
+    """The plan of a kernel that launches :func:`matmul_tile` (the operands' own checks passed):
+    the device and output checks, the config for one product's ``sizes`` with ``config`` over it,
+    the launcher, and the grid (its tiles, then ``batches``)."""
     named = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
     fail_if(device_reasons(named, interpretable=True))
     out = output_for(a, b, out)  # checks a given output; describes the one a call without it allocates
-    M, K = a.shape
-    N = b.shape[1]
-    layout = b_layout(b) if a.stride(1) == 1 else None
+    M, N, K = sizes
     params = {**pick_config(M, N, K, a.device, layout or "other"), **config}
     align = alignment(a, b, out, layout)
     launch = Launcher(
-        matmul_kernel,
+        kernel,
         BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"], GROUP_M=params["GROUP_M"],
         UPCAST=interpreter_active(), ALIGN=align, B_NK=align > 1 and layout == NK,
         num_warps=params["num_warps"], num_stages=params["num_stages"],
     )  # fmt: skip
-    return Plan(launch, (grid_size(M, N, params["BLOCK_M"], params["BLOCK_N"]),), (M, N, K))
+    return Plan(launch, (grid_size(M, N, params["BLOCK_M"], params["BLOCK_N"]), *batches), sizes)

@@ -337,9 +337,9 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         got = overload(*inputs, **params)
         return got if pick is None else pick(got)
 
-    # The common call (plain tensors, no autograd, no parameters given, a signature already
-    # planned) finds its plan in one pass over the inputs, building the dispatcher's own key: on
-    # launch-bound sizes the host's work per call is what the caller waits for.
+    # The common call (plain tensors, no autograd, a signature already planned) finds its plan in
+    # one pass over the inputs, building the dispatcher's own key: on launch-bound sizes the host's
+    # work per call is what the caller waits for. A call torch.compile traces takes ``traced``.
     names = dispatcher.form.input_names
     arity = len(names) if names is not None else 0
     if 1 <= arity <= keys.MAX_UNROLLED:
@@ -360,9 +360,9 @@ _MISSING = object()  # an input a call did not pass (the generated fast path's d
 
 # tkreg.ops.<op> for an op of a known arity: the fast path with the inputs as named parameters
 # and the key as one expression (tkreg.ops.keys.source), generated because on a launch-bound call
-# a loop, a list and nested tuples are a fifth of what the dispatch costs the host. Anything
-# unusual (a missing or extra input, a tensor subclass, a gradient wanted, parameters given,
-# compiling, an unplanned signature, a dispatch mode) takes ``slow(inputs, params)``.
+# a loop, a list and nested tuples are a fifth of what the dispatch costs the host. A trace takes
+# ``traced``; anything else unusual (a missing or extra input, a tensor subclass, a gradient
+# wanted, an unplanned signature, a dispatch mode) takes ``slow(inputs, params)``.
 _UNROLLED = """
 def call({defaults}, /, *rest, **params):
     if is_compiling():
@@ -410,7 +410,8 @@ def _values_source(names: Sequence[str]) -> str:
 
 def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callable[..., Any],
                  traced: Callable[..., Any]) -> Callable[..., Any]:
-    """The fast path for an op of many (or unnamed) inputs."""
+    """The fast path for an op of many (or unnamed) inputs (calls that give parameters take the
+    slow path here)."""
     is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
 
     def call(*inputs: Any, **params: Any) -> Any:

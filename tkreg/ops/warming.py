@@ -26,8 +26,9 @@ log = logging.getLogger("tkreg.ops")
 
 def warm(dispatchers: dict[str, Any], ops: Iterable[str] | None = None) -> dict[str, int]:
     """Replay the remembered signatures of ``ops`` (default: every installed op) on every CUDA
-    device of this process; returns how many were replayed per op (ops with none left out). A signature that fails is
-    logged (WARNING, on the "tkreg.ops" logger) and skipped; the others still run."""
+    device of this process; returns how many were replayed per op (ops with none left out). A
+    signature that fails is logged (WARNING, on the "tkreg.ops" logger) and skipped; the others
+    still run."""
     import torch
 
     if not torch.cuda.is_available():

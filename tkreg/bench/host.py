@@ -43,6 +43,7 @@ from .calls import (
 )
 from .suites import Deadline, Measured
 
+TORCH, OPS, OPERATOR = "torch", "ops", "operator"  # the paths the summary's goals compare
 SIDE = 256  # every dim: small enough that the host, not the GPU, sets the pace
 CALLS = 1000
 ROUNDS = 9
@@ -70,6 +71,7 @@ class Path:
     make: Callable[[], Call | None]
     peer: bool = False
     allocates: bool = False
+    role: str = ""  # what the summary holds it as: TORCH, OPS or OPERATOR (empty: nothing)
 
 
 def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
@@ -79,13 +81,14 @@ def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
     out = make_output(registry, sig, inputs)
     found = [
         Path(f"{op.peer_name} (the peer), output given", lambda: peer_call(op, inputs, out), peer=True),
-        Path(f"{op.peer_name} (the peer), output allocated", lambda: peer_call(op, inputs, None), peer=True, allocates=True),
+        Path(f"{op.peer_name} (the peer), output allocated", lambda: peer_call(op, inputs, None), peer=True, allocates=True,
+             role=TORCH),
     ]
     for name, launcher in launchers(registry, op, inputs).items():
         found.append(Path(f"{name}, output given", lambda f=launcher: launcher_call(op, f, inputs, out)))
         found.append(Path(f"{name}, output allocated", lambda f=launcher: launcher_call(op, f, inputs), allocates=True))
-    found.append(Path(f"tkreg.ops.{op.name}", lambda: ops_call(op, inputs), allocates=True))
-    found.append(Path(f"torch.ops.tkreg.{op.name}", lambda: torch_op_call(op, inputs), allocates=True))
+    found.append(Path(f"tkreg.ops.{op.name}", lambda: ops_call(op, inputs), allocates=True, role=OPS))
+    found.append(Path(f"torch.ops.tkreg.{op.name}", lambda: torch_op_call(op, inputs), allocates=True, role=OPERATOR))
     found.append(Path(f"tkreg.ops.{op.name} replayed from a CUDA graph", lambda: graph_replay(ops_call(op, inputs))))
     lookup: Call = lambda: registry.lookup(op.name, inputs=inputs)  # noqa: E731 (a call, as the others)
     found.append(Path("lookup of the kernels for these inputs, cached", lambda: lookup))
@@ -146,7 +149,7 @@ def measure(deadline: Deadline) -> Measured:
             else:
                 say(f"  {op.name} {sig.shape}: {path.what}: {row.get('error')}")
             rows.append(row)
-        summary[op.name] = _summary(op, figures)
+        summary[op.name] = _summary({path.role: figures[path.what] for path, _ in found if path.role and path.what in figures})
         decisions.append(ops.explain(op.name, *make_inputs(registry, sig)))
     deadline.check("the plain kernel")
     figures = host_times({"plain": plain_kernel_call()}, CALLS, ROUNDS)["plain"]
@@ -160,11 +163,9 @@ def measure(deadline: Deadline) -> Measured:
     return Measured(kind="host_overhead", rows=rows, notes=notes, summary=summary)
 
 
-def _summary(op: Op, figures: dict[str, HostTime]) -> dict[str, float]:
+def _summary(by_role: dict[str, HostTime]) -> dict[str, float]:
     """tkreg.ops against torch's own allocating call, and the torch operator's cost beyond tkreg.ops."""
-    ours = figures.get(f"tkreg.ops.{op.name}")
-    peer = figures.get(f"{op.peer_name} (the peer), output allocated")
-    operator = figures.get(f"torch.ops.tkreg.{op.name}")
+    ours, peer, operator = by_role.get(OPS), by_role.get(TORCH), by_role.get(OPERATOR)
     found: dict[str, float] = {}
     if ours is not None and peer is not None:
         found["ops_over_torch"] = round(ours.per_call_us / peer.per_call_us, 3)

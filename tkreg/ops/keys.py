@@ -47,9 +47,10 @@ _BY_ARITY = {n: _unrolled(n) for n in range(1, MAX_UNROLLED + 1)}
 
 
 def _looped(tensors: Sequence[Any]) -> tuple[Any, ...]:
+    one = _BY_ARITY[1]  # the generated key of one tensor: FIELDS stay the only spelling of a key
     key: list[Any] = []
     for t in tensors:
-        key += (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() & MASK)
+        key += one(t)
     return tuple(key)
 
 

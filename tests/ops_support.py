@@ -248,6 +248,12 @@ def rms_peer_y_only(x: Any, weight: Any, out: Any = None, eps: float = 1e-6) -> 
     return out
 
 
+def rms_full_peer(x: Any, weight: Any, eps: float = 1e-6) -> Any:
+    """The full peer beside rms_peer_y_only, as torch._fused_rms_norm is beside F.rms_norm."""
+    _record("rms_full_peer", (x, weight), eps=eps)
+    return _rms(x, weight, eps)
+
+
 def rms_torch(x: Any, weight: Any, out: Any, eps: float) -> Any:
     """A forward "kernel" of torch ops that takes 2-D rows only (as a Triton kernel would)."""
     _record("rms_torch", (x, weight, *out), eps=eps)
@@ -307,10 +313,12 @@ class RmsPlugin:
     a forward kernel, backward kernels, a formula, a peer."""
 
     def __init__(
-        self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool = True, peer_y_only: bool = False
+        self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool = True, peer_y_only: bool = False,
+        full_peer: bool = False,
     ) -> None:
         self.kernels, self.formula, self.peer, self.grads = kernels, formula, peer, grads
         self.peer_fn = rms_peer_y_only if peer_y_only else rms_peer
+        self.full_peer = rms_full_peer if full_peer else None
 
     @tkreg.hookimpl
     def tkreg_register_ops(self, register: Any) -> None:
@@ -326,6 +334,7 @@ class RmsPlugin:
                 cost=toy_cost_rows,
                 peer=self.peer_fn if self.peer else None,
                 peer_name="rms_peer" if self.peer else "",
+                full_peer=self.full_peer,
                 inputs=("x", "weight"),
                 params=(tkreg.Param("eps", 1e-6, values=(1e-6, 0.5)),),
                 outputs=(tkreg.Output("y"), tkreg.Output("rstd", dtype="float32", differentiable=False, returned=False)),

@@ -191,6 +191,32 @@ def test_a_third_party_op_is_callable_as_tkreg_ops_and_torch_ops(device: str) ->
         tkreg.ops.uninstall()
 
 
+def test_the_torch_operator_runs_a_planned_signature_without_the_dispatcher(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.ops.tkreg.<op> finds a planned signature's plan itself (every output, the same key
+    tkreg.ops builds), and sends anything else to the dispatcher: a new signature, a gradient
+    wanted, another registry installed under the same schema."""
+    from tkreg.ops import dispatch
+
+    entered: list[int] = []
+    call = dispatch.Dispatcher.__call__
+    monkeypatch.setattr(dispatch.Dispatcher, "__call__", lambda self, *a, **k: entered.append(1) or call(self, *a, **k))
+    install(registry_with(ToyPlugin(toy_kernel("toy_mul_torch", toy_mul_torch))))
+    try:
+        x, y = randn(5, 7, dtype=torch.float32, device=device, seed=23), randn(5, 7, dtype=torch.float32, device=device, seed=24)
+        assert torch.equal(torch.ops.tkreg.toy_mul(x, y), x * y) and len(entered) == 1  # planned here
+        for _ in range(3):
+            assert torch.equal(torch.ops.tkreg.toy_mul(x, y), x * y)
+        assert len(entered) == 1
+        torch.ops.tkreg.toy_mul(x[:, :6], y[:, :6])  # another signature
+        assert len(entered) == 2
+        xg = x.clone().requires_grad_()
+        assert torch.equal(torch.ops.tkreg.toy_mul(xg, y), x * y) and len(entered) == 3  # through autograd
+        install(registry_with(ToyPlugin(toy_kernel("toy_mul_torch", toy_mul_torch))))  # same schema, new plans
+        assert torch.equal(torch.ops.tkreg.toy_mul(x, y), x * y) and len(entered) == 4
+    finally:
+        tkreg.ops.uninstall()
+
+
 def test_a_plan_imports_only_the_launchers_it_runs(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     loaded: list[str] = []
     load = tkreg.Kernel.load

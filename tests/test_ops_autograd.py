@@ -232,6 +232,49 @@ def test_backward_kernels_never_read_outputs_a_peer_left_unwritten(recorded: Non
     assert not calls("rms_backward_torch") and not calls("rms_formula") and len(calls("rms_peer")) == 2  # forward, recompute
 
 
+def test_a_full_peer_fills_the_outputs_the_peer_leaves_for_the_operator_and_the_backward(recorded: None) -> None:
+    """Where the op has a full peer (as torch.native_layer_norm is beside F.layer_norm), a caller
+    that gets every output gets rstd's values, and a backward kernel may read it; tkreg.ops,
+    which returns y alone, keeps calling the peer that computes y only."""
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, full_peer=True)))  # no forward kernel
+    x, w, grad = _rms_leaves(31)
+    want_y, want_rstd = rms_reference(x.detach().double(), w.detach().double(), 0.5)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
+        y, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach(), eps=0.5)
+    for _ in range(2):  # the first call decides how the peer is called, later ones run the plan
+        y, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach(), eps=0.5)
+        torch.testing.assert_close(rstd.double(), want_rstd, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(y.double(), want_y, atol=1e-5, rtol=1e-5)
+    CALLS.clear()
+    torch.testing.assert_close(ops.toy_rms_norm(x.detach(), w.detach(), eps=0.5).double(), want_y, atol=1e-5, rtol=1e-5)
+    assert len(calls("rms_peer")) == 1 and not calls("rms_full_peer")
+    ops.toy_rms_norm(x, w, eps=0.5).backward(grad)  # the forward keeps rstd: the backward kernel reads it
+    _assert_rms_grads(x, w, grad, 0.5)
+    assert len(calls("rms_full_peer")) == 1 and len(calls("rms_backward_torch")) == 1 and len(calls("rms_peer")) == 1
+
+
+def test_a_full_peer_that_lays_out_an_output_otherwise_is_not_used(recorded: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full peer whose rstd is not the op's (here float64) is not used: the outputs stay the
+    peer's, rstd unwritten, and gradients flow through the peer as before."""
+    from tests import ops_support
+
+    full = ops_support.rms_full_peer
+
+    def float64_rstd(x: Any, w: Any, eps: float = 1e-6) -> Any:
+        y, rstd = full(x, w, eps)
+        return y, rstd.double()
+
+    monkeypatch.setattr(ops_support, "rms_full_peer", float64_rstd)
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, full_peer=True)))
+    x, w, grad = _rms_leaves(32)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
+        _, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach())
+    assert rstd.dtype == torch.float32 and len(calls("rms_full_peer")) == 1  # tried once; the op's layout, allocated
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="the forward ran the peer rms_peer"):
+        ops.toy_rms_norm(x, w).backward(grad)
+    assert not calls("rms_backward_torch")
+
+
 def test_gradients_through_the_peer_say_so_once(recorded: None) -> None:
     ops = install(registry_with(RmsPlugin(RMS_FORWARD)))
     x, w, grad = _rms_leaves(23)

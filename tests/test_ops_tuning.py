@@ -287,9 +287,13 @@ def test_a_later_process_runs_a_signature_whose_measured_choice_is_the_peer_with
     assert len(planned) == 1 and TIMED == []  # planned from the cached choice
 
 
+@pytest.mark.parametrize("full_peer", [False, True], ids=["peer-only", "full-peer"])
 def test_a_remembered_peer_that_returns_y_only_still_keeps_backward_kernels_off_rstd(
-    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, full_peer: bool
 ) -> None:
+    """A later process runs a remembered peer without planning it: every output unwritten but y,
+    so backward kernels stay off rstd; or, where the op has a full peer, rstd's values, which
+    the backward kernel then reads."""
     import functools
 
     import tkreg.ops
@@ -300,19 +304,28 @@ def test_a_remembered_peer_that_returns_y_only_still_keeps_backward_kernels_off_
     monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
     x = torch.randn(2, 3, 16, device=DEVICE, requires_grad=True)
     w = torch.randn(16, device=DEVICE, requires_grad=True)
+
+    def plugin() -> RmsPlugin:
+        return RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True, full_peer=full_peer)
+
     try:
-        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
+        tkreg.ops.install(registry_with(plugin()))
         tkreg.ops.toy_rms_norm(x.detach(), w.detach())  # timed: the peer, which computes y only
         remembered.flush()
-        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))  # a later process
+        tkreg.ops.install(registry_with(plugin()))  # a later process
         planned: list[Any] = []
         plan = dispatch.Dispatcher.plan
         monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
-        _, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach())  # every output, rstd unwritten
+        _, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach())  # every output
         assert planned == [] and rstd.shape == (2, 3) and rstd.dtype == torch.float32
-        with pytest.warns(tkreg.ops.PeerFallbackWarning, match="the forward ran the peer rms_peer"):
+        if full_peer:
+            torch.testing.assert_close(rstd, rms_reference(x.detach(), w.detach())[1])
             tkreg.ops.toy_rms_norm(x, w).sum().backward()
-        assert not calls("rms_backward_torch")
+            assert len(calls("rms_backward_torch")) == 1
+        else:
+            with pytest.warns(tkreg.ops.PeerFallbackWarning, match="the forward ran the peer rms_peer"):
+                tkreg.ops.toy_rms_norm(x, w).sum().backward()
+            assert not calls("rms_backward_torch")
         x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
         rms_reference(x64, w64)[0].sum().backward()
         torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)

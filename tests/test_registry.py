@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -43,6 +44,13 @@ def test_an_invalid_spec_names_the_plugin_and_the_field() -> None:
     text = problem.describe()
     assert "base (in-process)" in text
     assert "'requires.arch'" in text and "sm_99z" in text and "sm_90a" in text
+
+
+def test_a_full_peer_without_a_peer_is_refused_naming_the_field() -> None:
+    with pytest.raises(tkreg.SpecError) as info:
+        dataclasses.replace(op(), full_peer="tests.helpers:cost")
+    assert info.value.field == "full_peer" and "give the op a peer too" in str(info.value)
+    assert dataclasses.replace(op(), peer="tests.helpers:cost", full_peer="tests.helpers:cost").full_peer == "tests.helpers:cost"
 
 
 def test_duplicate_kernel_names_both_plugins() -> None:

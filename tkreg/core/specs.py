@@ -146,6 +146,10 @@ class Op:
     peer(*inputs, out=..., **params) is the library implementation benchmarks compare with; with
     ``out=None`` it returns new outputs, which is how gradients flow through it. A peer fills the
     outputs the op returns; internal outputs (``Output(returned=False)``) are the kernels' own.
+    ``full_peer(*inputs, **params)``, where the library has one, returns every output, the
+    internal ones too (``torch.native_layer_norm`` gives the mean and rstd F.layer_norm drops):
+    tkreg.ops runs it where a caller gets every output (the torch operator, a forward that keeps
+    its outputs for the backward), so those hold values and backward kernels can read them.
     ``rivals`` maps names to more implementations benchmarks time beside the peer, called the
     same way (torch.compile of the same function, another library); speed-ups stay against the
     peer.
@@ -178,6 +182,7 @@ class Op:
     bound: str = "memory"
     peer: Ref | None = None
     peer_name: str = ""
+    full_peer: Ref | None = None
     tolerance_scale: Ref | None = None
     bench_dtypes: tuple[str, ...] = ()
     description: str = ""
@@ -197,7 +202,7 @@ class Op:
         _check_name(kind, self.name)
         for f in ("reference", "make_inputs", "make_output", "cost"):
             _check_ref(kind, self.name, f, getattr(self, f))
-        for f in ("peer", "tolerance_scale", "backward", "backward_cost"):
+        for f in ("peer", "full_peer", "tolerance_scale", "backward", "backward_cost"):
             _check_ref(kind, self.name, f, getattr(self, f), optional=True)
         self._check_interface()
         if not isinstance(self.rivals, Mapping):
@@ -237,6 +242,8 @@ class Op:
                 raise SpecError(kind, self.name, "tolerances", f"{d}: expected Tolerance, got {tol!r}")
         if self.bound not in BOUNDS:
             raise SpecError(kind, self.name, "bound", f"must be one of {BOUNDS}, got {self.bound!r}")
+        if self.full_peer is not None and self.peer is None:
+            raise SpecError(kind, self.name, "full_peer", "is another form of the peer: give the op a peer too")
         if self.peer is not None and not self.peer_name:
             object.__setattr__(self, "peer_name", refs.describe(self.peer).rpartition(":")[2])
 

@@ -383,11 +383,14 @@ class Dispatcher:
                 return got if several else got[0]
 
             internal = [(i, layouts[i]) for i in range(len(layouts)) if i not in returned]
-            self._peer_with_internal(plan, functional, internal)
-            self._remember(plan, inputs, {"way": remembered.WITH_INTERNAL, "internal": [
+            full, full_outs = self._full_peer_fitting(params, inputs, layouts)
+            self._peer_with_internal(plan, functional, internal, full)
+            self._remember(plan, inputs, {"way": remembered.WITH_INTERNAL, "full": full is not None, "internal": [
                 [i, list(o.shape), None if o.stride is None else list(o.stride), str(o.dtype).removeprefix("torch.")]
                 for i, o in internal
             ]})  # fmt: skip
+            if full_outs is not None:
+                return full_outs
             outs = [None] * len(allocate)
             for i, t in zip(returned, got):
                 outs[i] = t
@@ -397,12 +400,40 @@ class Dispatcher:
 
         return first
 
+    def _full_peer_fitting(
+        self, params: dict[str, Any], inputs: Sequence[Any], layouts: Sequence[OutputLayout]
+    ) -> tuple[Callable[..., Any] | None, tuple[Any, ...] | None]:
+        """The op's full peer (every output) and what it gave for ``inputs``, where it has one
+        that runs them and gives every output as the op lays it out; (None, None) otherwise."""
+        if self.op.full_peer is None:
+            return None, None
+        import torch
+
+        full = self._full_peer(params)
+        try:
+            got = as_tuple(full(*inputs))
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, TypeError, ValueError, AttributeError) as e:  # a torch without it, or inputs it refuses
+            log.debug("tkreg.ops.%s: the full peer does not run these inputs (%s)", self.op.name, e)
+            return None, None
+        fits = len(got) == len(layouts) and all(
+            tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype for t, layout in zip(got, layouts)
+        )
+        return (full, got) if fits else (None, None)
+
+    def _full_peer(self, params: dict[str, Any]) -> Callable[..., Any]:
+        full = refs.resolve(self.op.full_peer)
+        return functools.partial(full, **params) if params else full
+
     def _peer_with_internal(
-        self, plan: Plan, functional: Callable[..., Any], internal: Sequence[tuple[int, OutputLayout]]
+        self, plan: Plan, functional: Callable[..., Any], internal: Sequence[tuple[int, OutputLayout]],
+        full: Callable[..., Any] | None = None,
     ) -> None:
         """Runs of a peer that returns what callers get (y) but not the kernels' own outputs
-        (``internal``: index and layout), which are allocated, unwritten, where every output is
-        returned, and not at all for tkreg.ops.<op>."""
+        (``internal``: index and layout). Where every output is returned, the op's full peer
+        (``full``) computes them all; without one they are allocated, unwritten. tkreg.ops.<op>
+        calls the peer alone."""
         count, returned = len(self.op.outputs), self.returned
         allocate = [(i, _allocator(layout)) for i, layout in internal]
 
@@ -423,6 +454,9 @@ class Dispatcher:
             def returned_only(*inputs: Any) -> Any:
                 return tuple(as_tuple(functional(*inputs)))
 
+        if full is not None:
+            self._set_run(plan, full, returned_only)
+            return
         plan.complete = False
         self._set_run(plan, with_internal, returned_only)
         self._note_partial(plan)
@@ -489,7 +523,8 @@ class Dispatcher:
                         for i, shape, stride, dtype in entry.get("internal", ())]  # fmt: skip
         except (TypeError, ValueError):  # a damaged entry: plan the signature anew
             return None
-        self._peer_with_internal(plan, functional, internal)
+        full = self._full_peer(params) if entry.get("full") and self.op.full_peer is not None else None
+        self._peer_with_internal(plan, functional, internal, full)
         return plan
 
     def _functional_peer(self, params: dict[str, Any]) -> Callable[..., Any]:

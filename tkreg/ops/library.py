@@ -225,10 +225,13 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
             return apply(*inputs, params)
         return standard(keyset, *inputs, **params)
 
+    names = slot.dispatcher.form.input_names
+    arity = len(names) if names is not None else 0
+    kernel = _operator_call(arity, slot, autograd_kernel) if 1 <= arity <= keys.MAX_UNROLLED else autograd_kernel
     try:
         with warnings.catch_warnings():  # torch warns of any kernel replaced; replacing it is the point
             warnings.filterwarnings("ignore", message="(?s).*overriding a previously registered kernel")
-            defined._lib.impl(overload._opname, autograd_kernel, "Autograd", with_keyset=True, allow_override=True)
+            defined._lib.impl(overload._opname, kernel, "Autograd", with_keyset=True, allow_override=True)
     except Exception as e:  # pragma: no cover - another torch's internals: its own kernel stays
         log.debug("%s: torch's own autograd kernel only (%s)", overload, e)
         return False
@@ -380,23 +383,56 @@ def call({defaults}, /, *rest, **params):
 _VALUES = ", ({given}) if len(params) == {count} and {typed} else values(params) if params else defaults"
 
 
+# The torch operators' autograd kernel for calls of plain tensors that want no gradient, of a
+# signature already planned: every output, from the same key tkreg.ops.<op> builds (torch always
+# passes every input, and every parameter with its declared type). ``other`` takes the rest.
+_OPERATOR = """
+def kernel(keyset, {names}, /, **params):
+    if {plain} and not is_compiling():
+        if not (grad_enabled() and ({wanted})):
+            plan = slot.dispatcher._plans.get(({key}{values}))
+            if plan is not None and not in_mode():
+                return plan.run({names})
+    return other(keyset, {names}, **params)
+"""
+
+
+def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
+    """What the generated fast paths spell out for inputs named ``names``."""
+    return {
+        "names": ", ".join(names),
+        "plain": " and ".join(f"type({n}) in PLAIN" for n in names),
+        "wanted": " or ".join(f"{n}.requires_grad" for n in names),
+        "key": keys.source(names),
+        "values": _values_source(params.names),
+    }
+
+
+def _scope(params: Any) -> dict[str, Any]:
+    """The names the generated fast paths read."""
+    return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
+            "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode,
+            "defaults": params.defaults, "values": params.values,
+            **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
+
+
 def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callable[..., Any],
                    traced: Callable[..., Any]) -> Callable[..., Any]:
     names = [f"t{i}" for i in range(arity)]
     text = _UNROLLED.format(
-        defaults=", ".join(f"{n}=MISSING" for n in names),
-        no_params="" if params.names else "not params and ",
-        plain=" and ".join(f"type({n}) in PLAIN" for n in names),
-        wanted=" or ".join(f"{n}.requires_grad" for n in names),
-        key=keys.source(names),
-        values=_values_source(params.names),
-        names=", ".join(names),
+        defaults=", ".join(f"{n}=MISSING" for n in names), no_params="" if params.names else "not params and ",
+        **_fields(names, params),
     )
-    scope = {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
-             "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "plans": plans,
-             "defaults": params.defaults, "values": params.values, "slow": slow, "traced": traced,
-             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
-    return keys.generated(text, "call", scope)
+    return keys.generated(text, "call", {**_scope(params), "plans": plans, "slow": slow, "traced": traced})
+
+
+def _operator_call(arity: int, slot: Slot, other: Callable[..., Any]) -> Callable[..., Any]:
+    """An operator's autograd kernel (:data:`_OPERATOR`); the plans are those of the dispatcher
+    the slot holds at each call (installing another registry swaps it; the schema, and with it the
+    parameters, stays)."""
+    params = slot.dispatcher.params
+    text = _OPERATOR.format(**_fields([f"t{i}" for i in range(arity)], params))
+    return keys.generated(text, "kernel", {**_scope(params), "slot": slot, "other": other})
 
 
 def _values_source(names: Sequence[str]) -> str:

@@ -124,15 +124,38 @@ def _fill(out: Any, y: torch.Tensor) -> Any:
 
 
 def rms_norm_peer(x: torch.Tensor, weight: torch.Tensor, *, out: Any = None, eps: float) -> Any:
-    """F.rms_norm; fills y only (rstd is the kernels' own). With out=None returns (y,)."""
-    y = F.rms_norm(x, (x.shape[-1],), weight, eps)
+    """F.rms_norm (its C function: F's Python layer costs the host about a microsecond); fills y
+    only (rstd is the kernels' own). With out=None returns (y,)."""
+    y = torch.rms_norm(x, (x.shape[-1],), weight, eps)
     return (y,) if out is None else _fill(out, y)
 
 
 def layer_norm_peer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, out: Any = None, eps: float) -> Any:
-    """F.layer_norm; fills y only. With out=None returns (y,)."""
-    y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    """F.layer_norm (its C function); fills y only. With out=None returns (y,)."""
+    y = torch.layer_norm(x, (x.shape[-1],), weight, bias, eps)
     return (y,) if out is None else _fill(out, y)
+
+
+# The full peers: torch's functions that also return the statistics F.* computes and drops, each
+# (..., 1), squeezed to the op's (...) per-row outputs (a third of what view(shape) costs the host).
+def _row_stat(t: torch.Tensor) -> torch.Tensor:
+    """A statistic as the op keeps it: fp32, one per row (torch's CPU kernels keep x's dtype)."""
+    t = t.squeeze(-1)
+    return t if t.dtype is torch.float32 else t.float()
+
+
+def rms_norm_full_peer(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """y and rstd from torch._fused_rms_norm, F.rms_norm's own kernel."""
+    y, rstd = torch._fused_rms_norm(x, (x.shape[-1],), weight, eps)
+    return y, _row_stat(rstd)
+
+
+def layer_norm_full_peer(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y, mean and rstd from torch.native_layer_norm, F.layer_norm's own kernel."""
+    y, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    return y, _row_stat(mean), _row_stat(rstd)
 
 
 # torch.compile of the same functions, one compiled function per input signature. Dynamo keeps

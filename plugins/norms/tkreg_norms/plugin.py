@@ -75,6 +75,7 @@ RMS_NORM = Op(
     bound="memory",
     peer=f"{PKG}.op:rms_norm_peer",
     peer_name="F.rms_norm",
+    full_peer=f"{PKG}.op:rms_norm_full_peer",
     rivals={"torch.compile": f"{PKG}.op:rms_norm_compiled"},
     contract=tkreg.contracts.rows(),
 )
@@ -102,6 +103,7 @@ LAYER_NORM = Op(
     bound="memory",
     peer=f"{PKG}.op:layer_norm_peer",
     peer_name="F.layer_norm",
+    full_peer=f"{PKG}.op:layer_norm_full_peer",
     rivals={"torch.compile": f"{PKG}.op:layer_norm_compiled"},
     contract=tkreg.contracts.rows(),
 )

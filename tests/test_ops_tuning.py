@@ -333,6 +333,49 @@ def test_a_remembered_peer_that_returns_y_only_still_keeps_backward_kernels_off_
         tkreg.ops.uninstall()
 
 
+@pytest.mark.parametrize("full_peer", [False, True], ids=["peer-only", "full-peer"])
+def test_a_compiled_call_traces_the_full_peer_of_an_op_with_outputs_of_its_own(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, full_peer: bool
+) -> None:
+    """Where the peer is measured fastest, torch.compile sees torch's own operations for an op
+    whose kernels keep outputs of their own (rstd) only through a full peer, which writes every
+    output; without one, the compiled call runs a kernel or the opaque run-time call, never a
+    peer that leaves rstd unwritten."""
+    import functools
+
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    import tkreg.ops
+    from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
+
+    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+    graphs: list[str] = []
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        def record(graph: Any, inputs: Any) -> Any:
+            graphs.append(str(graph.code))
+            return graph.forward
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=record)
+
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True, full_peer=full_peer)))
+        tkreg.ops.toy_rms_norm(x, w)  # tunes the bucket: the peer wins
+        CALLS.clear()
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda a, b: torch.ops.tkreg.toy_rms_norm(a, b), backend=backend, fullgraph=True)
+        y, rstd = compiled(x, w)
+        want_y, want_rstd = rms_reference(x.double(), w.double())
+        torch.testing.assert_close(y.double(), want_y, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rstd.double(), want_rstd, atol=1e-6, rtol=1e-6)  # the full peer's, or a kernel's
+        assert graphs and bool(calls("rms_full_peer")) is full_peer  # traced, once
+        if full_peer:
+            assert "tkreg_dispatch" not in graphs[0] and not calls("rms_torch")
+    finally:
+        tkreg.ops.uninstall()
+
+
 @pytest.fixture
 def one_gpu(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """warm() replays on the process's GPUs: here one, simulated like the rest."""

@@ -732,8 +732,9 @@ class Dispatcher:
         torch's operations (and plans them as it plans the same code written with torch) instead
         of an opaque call."""
         device = self.chooser.device(metas)
-        if device is None or self.op.peer is None or self.kernels_own_outputs:
-            # a traced peer would leave the kernels' own outputs unwritten, with no plan to say so
+        if device is None or self.op.peer is None or (self.kernels_own_outputs and self.op.full_peer is None):
+            # a traced peer would leave the kernels' own outputs unwritten, with no plan to say so;
+            # a full peer writes them all
             return None
         choice = self.chooser.known([m.at(True) for m in metas], params, device)
         if choice is None:
@@ -744,15 +745,31 @@ class Dispatcher:
                 return None
             if winner_us * COMPILED_MARGIN <= peer_us and peer_us - winner_us >= OPAQUE_CALL_US:
                 return None  # a lead worth an opaque call
-        peer = refs.resolve(self.op.peer)
-        form, several, count = self.form, self.several, len(self.op.outputs)
+        if self.kernels_own_outputs:
+            return self._traced_full_peer(view, params)
+        peer, several = refs.resolve(self.op.peer), self.several
 
         def traced(*inputs: Any) -> Any:
-            outs = list(as_tuple(peer(*inputs, out=None, **params)))
-            if len(outs) < count:  # the peer returns the outputs callers get; the others are the kernels'
-                layouts = form.output_layouts(inputs, view, params, fake=True)
-                outs += [layout.empty() for layout in layouts[len(outs):]]
+            outs = as_tuple(peer(*inputs, out=None, **params))  # every output: the op returns them all
             return tuple(outs) if several else outs[0]
+
+        return traced
+
+    def _traced_full_peer(self, view: KernelView, params: dict[str, Any]) -> Callable[..., Any]:
+        """The full peer, traced: every output, each as the op lays it out (a full peer that
+        lays one out otherwise is a plugin's error, named here rather than traced wrong)."""
+        full, form, name = self._full_peer(params), self.form, self.op.name
+
+        def traced(*inputs: Any) -> Any:
+            outs = as_tuple(full(*inputs))
+            layouts = form.output_layouts(inputs, view, params, fake=True)
+            if len(outs) != len(layouts) or any(
+                tuple(t.shape) != tuple(layout.shape) or t.dtype != layout.dtype for t, layout in zip(outs, layouts)
+            ):
+                got = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in outs)
+                want = ", ".join(f"{tuple(layout.shape)} {layout.dtype}" for layout in layouts)
+                raise TypeError(f"op {name}: its full peer returned {got}; the op lays its outputs out as {want}")
+            return tuple(outs)
 
         return traced
 

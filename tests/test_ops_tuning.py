@@ -155,6 +155,20 @@ def test_buckets_keep_dtypes_alignment_and_parameters_apart() -> None:
     assert chooser.bucket((unaligned, a), {}) != key
 
 
+def recording_backend(graphs: list[str]) -> Any:
+    """A torch.compile backend that runs each forward graph AOT autograd makes and keeps its code."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        def record(graph: Any, inputs: Any) -> Any:
+            graphs.append(str(graph.code))
+            return graph.forward
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=record)
+
+    return backend
+
+
 @pytest.mark.parametrize(("fast_ms", "peer_ms", "traced"),
                          [(0.010, 0.005, True), (0.010, 0.0105, True), (0.002, 0.004, True), (0.010, 0.040, False)],
                          ids=["peer-fastest", "kernel-ahead-by-5pc", "kernel-ahead-by-2x-or-2us", "kernel-ahead-by-30us"])
@@ -163,20 +177,12 @@ def test_a_compiled_call_traces_the_peer_where_it_was_measured_fastest_or_nearly
 ) -> None:
     """torch.compile then sees torch's own operation (and can fuse it), not an opaque call, unless
     a kernel leads the peer by COMPILED_MARGIN and by more than an opaque call costs the host."""
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     monkeypatch.setitem(SPEED, "peer", peer_ms)
     monkeypatch.setitem(SPEED, "toy_fast", fast_ms)
     x, y = torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
     two_kernels.toy_mul(x, y)  # tunes the bucket
     graphs: list[str] = []
-
-    def backend(gm: Any, example_inputs: Any) -> Any:
-        def record(graph: Any, inputs: Any) -> Any:
-            graphs.append(str(graph.code))
-            return graph.forward
-
-        return aot_module_simplified(gm, example_inputs, fw_compiler=record)
+    backend = recording_backend(graphs)
 
     torch._dynamo.reset()
     compiled = torch.compile(lambda a, b: two_kernels.toy_mul(a, b) + 1, backend=backend, fullgraph=True)
@@ -343,21 +349,13 @@ def test_a_compiled_call_traces_the_full_peer_of_an_op_with_outputs_of_its_own(
     peer that leaves rstd unwritten."""
     import functools
 
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     import tkreg.ops
     from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
 
     monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
     x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
     graphs: list[str] = []
-
-    def backend(gm: Any, example_inputs: Any) -> Any:
-        def record(graph: Any, inputs: Any) -> Any:
-            graphs.append(str(graph.code))
-            return graph.forward
-
-        return aot_module_simplified(gm, example_inputs, fw_compiler=record)
+    backend = recording_backend(graphs)
 
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True, full_peer=full_peer)))

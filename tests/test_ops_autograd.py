@@ -248,9 +248,30 @@ def test_a_full_peer_fills_the_outputs_the_peer_leaves_for_the_operator_and_the_
     CALLS.clear()
     torch.testing.assert_close(ops.toy_rms_norm(x.detach(), w.detach(), eps=0.5).double(), want_y, atol=1e-5, rtol=1e-5)
     assert len(calls("rms_peer")) == 1 and not calls("rms_full_peer")
-    ops.toy_rms_norm(x, w, eps=0.5).backward(grad)  # the forward keeps rstd: the backward kernel reads it
+    torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0].backward(grad)  # the forward keeps rstd: the backward kernel reads it
     _assert_rms_grads(x, w, grad, 0.5)
     assert len(calls("rms_full_peer")) == 1 and len(calls("rms_backward_torch")) == 1 and len(calls("rms_peer")) == 1
+
+
+def test_where_the_peer_runs_a_call_that_wants_a_gradient_is_the_peers_own(recorded: None) -> None:
+    """tkreg.ops.<op> of an op without a backward formula, where the peer runs the inputs: the
+    peer's own call, so torch's autograd records torch's backward (no Python backward, no
+    recompute). The torch operator, which returns every output, keeps the op's own backward."""
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, full_peer=True)))  # no forward kernel
+    x, w, grad = _rms_leaves(33)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
+        y = ops.toy_rms_norm(x, w, eps=0.5)
+    assert not type(y.grad_fn).__name__.startswith("tkreg_")  # recorded by torch, through the peer's operations
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the peer's own gradient: no fallback to say
+        y.backward(grad)
+    _assert_rms_grads(x, w, grad, 0.5)
+    # no recompute, no backward kernel; the full peer tried once, as the signature's plan was made
+    assert len(calls("rms_peer")) == 1 and not calls("rms_backward_torch") and len(calls("rms_full_peer")) == 1
+    y2 = ops.toy_rms_norm(x, w, eps=0.5)  # the plan made, the same way
+    assert not type(y2.grad_fn).__name__.startswith("tkreg_") and len(calls("rms_peer")) == 2
+    assert len(calls("rms_full_peer")) == 1
+    assert type(torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0].grad_fn).__name__ == "tkreg_toy_rms_normBackward"
 
 
 def test_a_full_peer_that_lays_out_an_output_otherwise_is_not_used(recorded: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,13 +286,13 @@ def test_a_full_peer_that_lays_out_an_output_otherwise_is_not_used(recorded: Non
         return y, rstd.double()
 
     monkeypatch.setattr(ops_support, "rms_full_peer", float64_rstd)
-    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, full_peer=True)))
+    install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, full_peer=True)))
     x, w, grad = _rms_leaves(32)
     with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
         _, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach())
     assert rstd.dtype == torch.float32 and len(calls("rms_full_peer")) == 1  # tried once; the op's layout, allocated
     with pytest.warns(tkreg.ops.PeerFallbackWarning, match="the forward ran the peer rms_peer"):
-        ops.toy_rms_norm(x, w).backward(grad)
+        torch.ops.tkreg.toy_rms_norm(x, w)[0].backward(grad)
     assert not calls("rms_backward_torch")
 
 

@@ -48,6 +48,7 @@ log = logging.getLogger("tkreg.ops")
 PLAN_CACHE_SIZE = 4096  # signatures remembered per op (and direction) before the cache starts over
 PARTIAL_KEYS_SIZE = 1 << 16  # forward signatures remembered as leaving outputs unwritten
 TRACEABLE = "tkreg_traceable"  # launcher attribute: see tkreg.ops.traceable
+NOT_TAKEN = object()  # Dispatcher.through_peer_autograd: the call is not the peer's own
 # Stand-in base addresses for deciding at trace time: aligned far beyond any check, and aligned
 # only to the element size (a real tensor's address is always a multiple of it).
 ALIGNED_BASE = 1 << 20
@@ -117,6 +118,8 @@ class Plan:
     source: str = ""  # what decided: "tuning", "cache" or "prior" (empty: nothing to decide)
     complete: bool = True  # every output is written (False: a peer left the kernels' own unwritten)
     key: Any = None  # the signature key the plan is kept under
+    # the peer runs as torch code calls it (out=None), so torch's autograd records its own backward
+    autograd_peer: bool = False
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -156,6 +159,28 @@ class Dispatcher:
     def __call__(self, *inputs: Any, **params: Any) -> Any:
         """Every output: one tensor, or a tuple where the op has several."""
         values = self.params.values(params) if params else self.params.defaults
+        return self.planned(inputs, values).run(*inputs)  # type: ignore[misc]
+
+    def through_peer_autograd(self, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+        """The outputs callers get, for a call that wants a gradient, where these inputs run the
+        peer and the op has no backward formula: the peer's own call, so that torch's autograd
+        records torch's own backward, which costs the host a fraction of a Python backward (the
+        peer was measured faster, or no kernel takes the inputs). NOT_TAKEN where that does not
+        hold: the op's autograd.Function takes the call."""
+        op = self.op
+        if op.backward is not None or op.peer is None or not op.grads:
+            return NOT_TAKEN
+        grads = self.grad_index
+        if any(getattr(t, "requires_grad", False) and i not in grads for i, t in enumerate(inputs)):
+            return NOT_TAKEN  # an input the op gives no gradient: its own error, or None
+        plan = self.planned(inputs, self.params.values(params) if params else self.params.defaults)
+        if plan.launchers or not plan.autograd_peer:
+            return NOT_TAKEN
+        got = plan.returned(*inputs)  # type: ignore[misc]
+        return got if plan.autograd_peer else NOT_TAKEN  # the first call may find the peer wants out=
+
+    def planned(self, inputs: Sequence[Any], values: tuple[Any, ...]) -> Plan:
+        """The plan of these inputs and parameter values, made (and kept) if new."""
         key = keys.plan_key(inputs, values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
@@ -172,7 +197,7 @@ class Dispatcher:
                 if len(self._plans) >= PLAN_CACHE_SIZE:
                     self._plans.clear()
                 self._plans[key] = plan
-        return plan.run(*inputs)  # type: ignore[misc]
+        return plan
 
     def prepare(self, plan: Plan, inputs: Sequence[Any]) -> None:
         """Build ``plan.run`` for calls of this signature: everything the signature fixes (views,
@@ -354,11 +379,13 @@ class Dispatcher:
             return outs if several else outs[0]
 
         functional = self._functional_peer(params)
+        plan.autograd_peer = True  # until its first call finds the peer wants out= (outputs_given)
 
         def outputs_given(inputs: Sequence[Any]) -> Any:
             """From now on the peer writes into outputs allocated here (it may fill only those it
             returns: the kernels' own may stay unwritten)."""
             plan.complete = not self.kernels_own_outputs
+            plan.autograd_peer = False
             self._set_run(plan, into_outputs)
             self._note_partial(plan)
             return into_outputs(*inputs)
@@ -512,7 +539,7 @@ class Dispatcher:
 
         has_params = bool(self.params.names)
         params = self.params.as_dict(key[-1] if has_params else self.params.defaults)
-        plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key)
+        plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key, autograd_peer=True)
         functional = self._functional_peer(params)
         if entry["way"] == remembered.FUNCTIONAL:
             self._set_run(plan, functional)

@@ -43,7 +43,7 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from ..core.specs import Op
 from . import keys
-from .dispatch import Dispatcher
+from .dispatch import NOT_TAKEN, Dispatcher
 from .gradients import NoGradientError
 
 log = logging.getLogger("tkreg.ops")
@@ -306,28 +306,33 @@ def way_of(inputs: Sequence[Any]) -> int:
 def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """``tkreg.ops.<op>``: plain tensors that need no autograd go straight to the dispatcher
     (the torch.library path costs several microseconds more per call), and those that want a
-    gradient to the op's eager autograd.Function (``differentiable``, see :func:`_call_eagerly`);
+    gradient to the peer's own call where the peer runs them and the op has no backward formula
+    (torch's autograd then records torch's backward), else to the op's eager autograd.Function
+    (``differentiable``, see :func:`_call_eagerly`);
     under torch.compile, tensor subclasses or a dispatch mode, the call goes through the torch
     operator.
     Returns the outputs the op marks ``returned`` (one tensor, or a tuple of them)."""
     op = dispatcher.op
     check_params = dispatcher.params.values
 
-    def run(inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+    pick = dispatcher.pick
+    through_peer = dispatcher.through_peer_autograd
+
+    def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
         if overload is not None:
             way = way_of(inputs)
             if way != DISPATCH:
                 if params:
                     check_params(params)  # the op's own message for a bad parameter, not the schema's
                 if way == DIFFERENTIABLE and differentiable is not None:
-                    return differentiable(*inputs, params)
-                return overload(*inputs, **params)
-        return dispatcher(*inputs, **params)
-
-    pick = dispatcher.pick
-
-    def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
-        got = run(inputs, params)
+                    got = through_peer(inputs, params)  # the outputs callers get, where the peer runs
+                    if got is not NOT_TAKEN:
+                        return got
+                    got = differentiable(*inputs, params)
+                else:
+                    got = overload(*inputs, **params)
+                return got if pick is None else pick(got)
+        got = dispatcher(*inputs, **params)
         return got if pick is None else pick(got)
 
     def traced(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:

@@ -60,6 +60,12 @@ ALIGNED_BASE = 1 << 20
 # the host suite of 2026-11-25), a trace holds the peer's torch operations instead.
 COMPILED_MARGIN = 1.10
 OPAQUE_CALL_US = 10.0
+# A call that wants a gradient through the op's autograd.Function costs the host about 120 us more
+# than the peer's own autograd over the forward and its backward (a layer norm at 4096x4096 bf16 on
+# an H200 host, 2026-11-26: 17 us forward, about 100 backward). Where the kernel's measured forward
+# lead over the peer is under a third of that (its backward kernel leads by up to twice as much),
+# such a call is the peer's own: training at launch-bound sizes runs at torch's speed.
+AUTOGRAD_LEAD_US = 40.0
 
 
 class PeerFallbackWarning(UserWarning):
@@ -120,6 +126,10 @@ class Plan:
     key: Any = None  # the signature key the plan is kept under
     # the peer runs as torch code calls it (out=None), so torch's autograd records its own backward
     autograd_peer: bool = False
+    # for a kernel's plan: the peer's own call, which calls that want a gradient make instead
+    # (the kernel leads by less than AUTOGRAD_LEAD_US); None where they go through the kernel
+    autograd_instead: Callable[..., Any] | None = None
+    autograd_decided: bool = False
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -174,10 +184,59 @@ class Dispatcher:
         if any(getattr(t, "requires_grad", False) and i not in grads for i, t in enumerate(inputs)):
             return NOT_TAKEN  # an input the op gives no gradient: its own error, or None
         plan = self.planned(inputs, self.params.values(params) if params else self.params.defaults)
-        if plan.launchers or not plan.autograd_peer:
+        if plan.launchers:
+            if plan.autograd_decided:
+                return NOT_TAKEN if plan.autograd_instead is None else plan.autograd_instead(*inputs)
+            plan.autograd_decided = True
+            instead = self._peer_for_gradients(plan, inputs)
+            if instead is None:
+                return NOT_TAKEN
+            import torch
+
+            try:
+                got = instead(*inputs)
+            except torch.OutOfMemoryError:
+                raise
+            except (RuntimeError, TypeError, ValueError) as e:  # a peer that takes out= only, say
+                log.debug("tkreg.ops.%s: gradients through the kernel (the peer's own call failed: %s)", op.name, e)
+                return NOT_TAKEN
+            layouts = [plan.outputs[i] for i in self.returned]
+            outs = as_tuple(got)
+            if len(outs) != len(layouts) or any(
+                tuple(t.shape) != tuple(o.shape) or t.dtype != o.dtype for t, o in zip(outs, layouts)
+            ):
+                return NOT_TAKEN  # not the outputs a kernel gives: its plan's autograd.Function
+            plan.autograd_instead = instead
+            return got
+        if not plan.autograd_peer:
             return NOT_TAKEN
         got = plan.returned(*inputs)  # type: ignore[misc]
         return got if plan.autograd_peer else NOT_TAKEN  # the first call may find the peer wants out=
+
+    def _peer_for_gradients(self, plan: Plan, inputs: Sequence[Any]) -> Callable[..., Any] | None:
+        """The peer's own call (the outputs callers get) for calls of a kernel's plan that want a
+        gradient, where the bucket's measured choice puts the kernel ahead of the peer by less than
+        AUTOGRAD_LEAD_US; None otherwise (no measurement, or a lead worth the Python backward)."""
+        device = self.chooser.device(inputs)
+        view = plan.view
+        if device is None or view is None:
+            return None
+        choice = self.chooser.known(view.inputs(inputs), plan.params, device)
+        if choice is None:
+            return None
+        peer_us, winner_us = choice.times_us.get(PEER), choice.times_us.get(choice.winner)
+        if not (isinstance(peer_us, float) and isinstance(winner_us, float)) or peer_us - winner_us >= AUTOGRAD_LEAD_US:
+            return None
+        functional, count, returned = self._functional_peer(plan.params), len(self.op.outputs), self.returned
+        pick = self.pick
+
+        def peer_call(*inputs: Any) -> Any:
+            got = as_tuple(functional(*inputs))
+            if len(got) == count:
+                return got[0] if count == 1 else (got if pick is None else pick(got))
+            return got[0] if len(returned) == 1 else tuple(got)
+
+        return peer_call
 
     def planned(self, inputs: Sequence[Any], values: tuple[Any, ...]) -> Plan:
         """The plan of these inputs and parameter values, made (and kept) if new."""

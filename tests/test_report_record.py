@@ -16,7 +16,7 @@ import pytest
 
 from tkreg.report import records
 from tkreg.report.record import build, parse, prune_plots
-from tkreg.report.record_tables import cell, host_table, linear_table, ranking_table, timer_table
+from tkreg.report.record_tables import cell, dispatch_table, host_table, linear_table, ranking_table, timer_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data"
@@ -201,6 +201,13 @@ def test_suite_tables_read_the_suites_rows() -> None:
                          "wall_us": wall} for m, impl, wall in [(1024, "peer", 10.0), (1024, "add_tma", 8.0),
                                                                 (4096, "peer", 50.0), (4096, "add_tma", 60.0)]]}  # fmt: skip
     assert "| add | fp32 | 2 | add_tma 1, peer 1 | 1.02x |" in ranking_table(ranking)  # sqrt(10/8 * 50/60)
+    dispatch = {"summary": {"seed": 1}, "rows": [
+        {"check": "training", "tokens": 2048, "tkreg_us": 2300.0, "torch_us": 2277.0, "ratio": 0.99},
+        {"check": "row_training", "op": "layer_norm", "shape": "4096x4096", "tkreg_us": 110.0, "torch_us": 99.0, "ratio": 0.9},
+        {"check": "row_training", "op": "rms_norm", "shape": "16384x4096", "error": "RuntimeError: no"}]}  # fmt: skip
+    text = dispatch_table(dispatch)
+    assert "| 2-layer MLP training step, 2048 tokens | 2300.0 | 2277.0 | 0.990 |" in text
+    assert "| layer_norm forward and backward, 4096x4096 | 110.0 | 99.0 | 0.900 |" in text and "rms_norm" not in text
 
 
 def test_an_older_run_shows_each_launchers_pick_without_its_configuration_sweep() -> None:

@@ -13,7 +13,9 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
 3. CUDA graphs: a tuned call captured and replayed gives the eager call's bits.
 4. torch.compile: a Llama-3-8B MLP block (gate, up, down) through the linear op under
    torch.compile(fullgraph=True) against torch.compile of the same block written with ``@``.
-5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch.
+5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch;
+   and a forward and backward through each differentiable row op (a norm) at model sizes
+   against the same through its peer, as torch code trains.
 6. Batched linear calls (B, M, K) @ (B, K, N) against torch.bmm.
 """
 
@@ -31,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core import refs
 from ..core.loading import default_registry
 from ..core.registry import Registry
 from ..core.specs import Op
@@ -44,6 +47,7 @@ MAX_ELEMENTS = 1 << 26  # per input: keeps each shape's inputs under a few hundr
 LINEAR_WIDTHS = (256, 16384)  # N and K of a linear layer: model widths, multiples of 64
 MLP = {"hidden": 4096, "intermediate": 14336}  # Llama-3-8B
 MLP_TOKENS = (16, 4096)
+ROW_TRAINING = ((4096, 4096), (16384, 4096))  # (tokens, width) of a model's row ops (a norm): M, N
 TRAIN = {"tokens": 2048, "hidden": 4096, "inner": 16384}
 TIMING_BUDGET_S = 20.0
 WORKLOAD_ROUND_MS = 30.0
@@ -81,6 +85,10 @@ def measure(deadline: Deadline) -> Measured:
         deadline.check("the training step")
         rows += training_step(mm, linear[0].name)
         rows += batched(mm, linear[0].name)
+    for op in registry.ops():
+        if op.contract.kind == "rows" and op.grads and op.peer is not None:
+            deadline.check(f"{op.name}'s training step")
+            rows += row_training(registry, op)
     torch.cuda.synchronize()
     picks = [r for r in rows if r.get("check") == "pick"]
     passed = [r for r in picks if r.get("pass")]
@@ -445,6 +453,54 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     say(f"  training step: {row}")
     return [row]
+
+
+def row_training(registry: Registry, op: Op) -> list[dict[str, Any]]:
+    """A forward and backward of a row op (inputs from its make_inputs, its gradients) through
+    tkreg.ops against the same through its peer, with torch's autograd, at model sizes."""
+    dtype = "bfloat16" if "bfloat16" in op.bench_dtypes else op.bench_dtypes[0]
+    rows = []
+    for m, n in ROW_TRAINING:
+        sig = Signature.of(op.name, {"M": m, "N": n}, dtype)
+        row: dict[str, Any] = {"check": "row_training", "op": op.name, "shape": sig.shape, "dtype": dtype}
+        try:
+            row.update(_row_step(registry, op, sig))
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(row)
+        say(f"  {op.name} training {row['shape']}: {row}")
+    return rows
+
+
+def _row_step(registry: Registry, op: Op, sig: Signature) -> dict[str, Any]:
+    import torch
+
+    from .. import ops
+    from ..ops.forms import as_tuple
+
+    call, peer = ops.get(op.name), refs.resolve(op.peer)
+    inputs = tuple(t.requires_grad_(name in op.grads) for name, t in zip(op.inputs, make_inputs(registry, sig, seed=3)))
+    leaves = [t for t in inputs if t.requires_grad]
+    grad = torch.randn_like(as_tuple(call(*inputs))[0])
+
+    def step(forward: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            for t in leaves:
+                t.grad = None
+            as_tuple(forward())[0].backward(grad)
+
+        return run
+
+    ours = step(lambda: call(*inputs))
+    theirs = step(lambda: peer(*inputs, out=None, **op.defaults))
+    ours()
+    got = [t.grad.clone() for t in leaves]
+    theirs()
+    row: dict[str, Any] = {"grad_max_abs_diff": max(float((g.float() - t.grad.float()).abs().max()) for g, t in zip(got, leaves))}
+    row.update(_wall_us({"tkreg_us": ours, "torch_us": theirs}))
+    row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
+    row["decision"] = ops.explain(op.name, *[t.detach() for t in inputs])[:200]
+    return row
 
 
 def batched(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:

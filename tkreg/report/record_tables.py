@@ -397,6 +397,9 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         if r.get("check") == "training" and _is_number(r.get("ratio")):
             work.append([f"2-layer MLP training step, {r['tokens']} tokens", _us(r.get("tkreg_us")), _us(r.get("torch_us")),
                          f"{r['ratio']:.3f}"])  # fmt: skip
+        if r.get("check") == "row_training" and _is_number(r.get("ratio")):
+            work.append([f"{r['op']} forward and backward, {r['shape']}", _us(r.get("tkreg_us")), _us(r.get("torch_us")),
+                         f"{r['ratio']:.3f}"])  # fmt: skip
     if work:
         parts += ["", table(["workload (bf16)", "through tkreg.ops (us)", "torch (us)", "torch / tkreg"], work,
                             [False, True, True, True])]  # fmt: skip

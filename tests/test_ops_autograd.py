@@ -217,19 +217,23 @@ def test_gradients_through_the_formula_for_only_the_inputs_that_need_them(record
     assert len(calls("rms_formula")) == 1
 
 
-@pytest.mark.parametrize("call", ["tkreg.ops", "torch.ops"])
-def test_backward_kernels_never_read_outputs_a_peer_left_unwritten(recorded: None, call: str) -> None:
+def test_backward_kernels_never_read_outputs_a_peer_left_unwritten(recorded: None) -> None:
     """A peer that computes y only (as F.rms_norm does) leaves rstd, the kernels' own output,
     unwritten: a backward kernel or the formula would read garbage from it, so autograd through
-    the peer computes the gradients."""
+    the peer computes the gradients of the torch operator, which returns every output. (A
+    tkreg.ops call is the peer's own: torch's autograd, no formula.)"""
     ops = install(registry_with(RmsPlugin(RMS_BACKWARD, formula=True, peer_y_only=True)))  # no forward kernel
     x, w, grad = _rms_leaves(29)
     with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
-        y = ops.toy_rms_norm(x, w, eps=0.5) if call == "tkreg.ops" else torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]
+        y = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]
     with pytest.warns(tkreg.ops.PeerFallbackWarning, match="differentiates through its peer rms_peer: the forward ran the peer"):
         y.backward(grad)
     _assert_rms_grads(x, w, grad, 0.5)
     assert not calls("rms_backward_torch") and not calls("rms_formula") and len(calls("rms_peer")) == 2  # forward, recompute
+    x.grad = w.grad = None
+    ops.toy_rms_norm(x, w, eps=0.5).backward(grad)
+    _assert_rms_grads(x, w, grad, 0.5)
+    assert not calls("rms_backward_torch") and not calls("rms_formula") and len(calls("rms_peer")) == 3  # the forward only
 
 
 def test_a_full_peer_fills_the_outputs_the_peer_leaves_for_the_operator_and_the_backward(recorded: None) -> None:

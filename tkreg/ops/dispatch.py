@@ -173,18 +173,22 @@ class Dispatcher:
 
     def through_peer_autograd(self, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """The outputs callers get, for a call that wants a gradient, where these inputs run the
-        peer and the op has no backward formula: the peer's own call, so that torch's autograd
-        records torch's own backward, which costs the host a fraction of a Python backward (the
-        peer was measured faster, or no kernel takes the inputs). NOT_TAKEN where that does not
-        hold: the op's autograd.Function takes the call."""
+        peer (it was measured faster, or no kernel takes them), or, for an op without a backward
+        formula, a kernel that leads the peer by less than AUTOGRAD_LEAD_US: the peer's own call,
+        so that torch's autograd records torch's own backward, which costs the host a fraction of
+        the op's autograd.Function. NOT_TAKEN where that does not hold: the autograd.Function
+        takes the call (a kernel's forward, then its backward kernel or the formula, which may
+        call tkreg.ops again)."""
         op = self.op
-        if op.backward is not None or op.peer is None or not op.grads:
+        if op.peer is None or not op.grads:
             return NOT_TAKEN
         grads = self.grad_index
         if any(getattr(t, "requires_grad", False) and i not in grads for i, t in enumerate(inputs)):
             return NOT_TAKEN  # an input the op gives no gradient: its own error, or None
         plan = self.planned(inputs, self.params.values(params) if params else self.params.defaults)
         if plan.launchers:
+            if op.backward is not None:
+                return NOT_TAKEN
             if plan.autograd_decided:
                 return NOT_TAKEN if plan.autograd_instead is None else plan.autograd_instead(*inputs)
             plan.autograd_decided = True

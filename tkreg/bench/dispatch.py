@@ -417,8 +417,10 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
 
 
 def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
-    """The step's time, and what each of its six products runs (the forward's two, and the
-    backward formula's: the input's gradient d_out @ W and the weight's x.t() @ d_out)."""
+    """The step's time; what the forward's two products run, and what tkreg.ops would run for
+    the backward formula's four (the input's gradient d_out @ W and the weight's x.t() @ d_out),
+    which it calls where a kernel ran the forward (where the peer did, torch's autograd runs
+    torch's backward)."""
     import torch
     import torch.nn.functional as F
 

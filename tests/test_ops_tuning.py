@@ -374,13 +374,14 @@ def test_a_compiled_call_traces_the_full_peer_of_an_op_with_outputs_of_its_own(
         tkreg.ops.uninstall()
 
 
+@pytest.mark.parametrize("formula", [False, True], ids=["backward-kernel", "formula"])
 @pytest.mark.parametrize(("peer_ms", "through_peer"), [(0.020, True), (0.100, False)], ids=["lead-10us", "lead-90us"])
 def test_a_call_that_wants_a_gradient_is_the_peers_own_where_the_kernel_leads_by_little(
-    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, peer_ms: float, through_peer: bool
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, peer_ms: float, through_peer: bool, formula: bool
 ) -> None:
     """The kernel won the forward by 10 us (under AUTOGRAD_LEAD_US): a call that wants a gradient
     is the peer's own, as torch code would make it; by 90 us it runs the kernel, and the backward
-    kernel after it. Calls that want none run the kernel either way."""
+    kernel or the op's formula after it. Calls that want none run the kernel either way."""
     import functools
 
     import tkreg.ops
@@ -390,13 +391,15 @@ def test_a_call_that_wants_a_gradient_is_the_peers_own_where_the_kernel_leads_by
     x = torch.randn(2, 3, 16, device=DEVICE, requires_grad=True)
     w = torch.randn(16, device=DEVICE, requires_grad=True)
     try:
-        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
+        kernels = (RMS_FORWARD,) if formula else (RMS_FORWARD, RMS_BACKWARD)
+        tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))
         tkreg.ops.toy_rms_norm(x.detach(), w.detach())  # tunes the bucket: the kernel wins
         CALLS.clear()
         y = tkreg.ops.toy_rms_norm(x, w)
         assert type(y.grad_fn).__name__.startswith("tkreg_") is not through_peer
         y.sum().backward()
-        assert bool(calls("rms_torch")) is not through_peer and bool(calls("rms_backward_torch")) is not through_peer
+        backward = "rms_formula" if formula else "rms_backward_torch"
+        assert bool(calls("rms_torch")) is not through_peer and bool(calls(backward)) is not through_peer
         x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
         rms_reference(x64, w64)[0].sum().backward()
         torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)

@@ -63,7 +63,8 @@ OPAQUE_CALL_US = 10.0
 # A call that wants a gradient through the op's autograd.Function costs the host about 120 us more
 # than the peer's own autograd over the forward and its backward (a layer norm at 4096x4096 bf16 on
 # an H200 host, 2026-11-26: 17 us forward, about 100 backward). Where the kernel's measured forward
-# lead over the peer is under a third of that (its backward kernel leads by up to twice as much),
+# lead over the peer is under a third of that (its backward, kernel or formula, taken to lead by
+# at most twice as much),
 # such a call is the peer's own: training at launch-bound sizes runs at torch's speed.
 AUTOGRAD_LEAD_US = 40.0
 
@@ -173,8 +174,8 @@ class Dispatcher:
 
     def through_peer_autograd(self, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """The outputs callers get, for a call that wants a gradient, where these inputs run the
-        peer (it was measured faster, or no kernel takes them), or, for an op without a backward
-        formula, a kernel that leads the peer by less than AUTOGRAD_LEAD_US: the peer's own call,
+        peer (it was measured faster, or no kernel takes them), or a kernel that leads the peer
+        by less than AUTOGRAD_LEAD_US: the peer's own call,
         so that torch's autograd records torch's own backward, which costs the host a fraction of
         the op's autograd.Function. NOT_TAKEN where that does not hold: the autograd.Function
         takes the call (a kernel's forward, then its backward kernel or the formula, which may
@@ -187,8 +188,6 @@ class Dispatcher:
             return NOT_TAKEN  # an input the op gives no gradient: its own error, or None
         plan = self.planned(inputs, self.params.values(params) if params else self.params.defaults)
         if plan.launchers:
-            if op.backward is not None:
-                return NOT_TAKEN
             if plan.autograd_decided:
                 return NOT_TAKEN if plan.autograd_instead is None else plan.autograd_instead(*inputs)
             plan.autograd_decided = True

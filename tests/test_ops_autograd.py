@@ -278,6 +278,34 @@ def test_where_the_peer_runs_a_call_that_wants_a_gradient_is_the_peers_own(recor
     assert type(torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0].grad_fn).__name__ == "tkreg_toy_rms_normBackward"
 
 
+def test_a_planned_call_that_wants_a_gradient_goes_straight_to_the_peers_own(
+    recorded: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a signature's first call that wants a gradient was the peer's own, later ones make
+    that call from tkreg.ops' fast path, planning nothing; an input the op gives no gradient
+    that wants one still takes the checked way."""
+    from tkreg.ops.dispatch import Dispatcher
+
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True)))  # no forward kernel
+    x, w, grad = _rms_leaves(34)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
+        ops.toy_rms_norm(x, w, eps=0.5)
+
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(Dispatcher, "planned", planned)
+    y = ops.toy_rms_norm(x, w, eps=0.5)
+    assert not type(y.grad_fn).__name__.startswith("tkreg_") and len(calls("rms_peer")) == 2
+    y.backward(grad)
+    _assert_rms_grads(x, w, grad, 0.5)
+    with pytest.raises(AssertionError, match="planned again"):
+        ops.toy_rms_norm(x, w, eps=0.25)  # another signature: planned
+    monkeypatch.undo()
+    ops.toy_rms_norm(x.detach().requires_grad_(), w.detach(), eps=0.5).sum().backward()  # only x: the same plan
+    assert len(calls("rms_peer")) == 3
+
+
 def test_a_full_peer_that_lays_out_an_output_otherwise_is_not_used(recorded: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full peer whose rstd is not the op's (here float64) is not used: the outputs stay the
     peer's, rstd unwritten, and gradients flow through the peer as before."""

@@ -190,6 +190,14 @@ def test_suite_tables_read_the_suites_rows() -> None:
     text = host_table(host)
     assert "| add | add_triton, output given | - | 12.0 | - | 1.50x |" in text  # against the peer's given output
     assert "| add | tkreg.ops.add | - | 13.0 | - | 1.30x |" in text  # against torch's own call
+    graded = [("torch.add (the peer), gradient wanted", True, 20.0), ("tkreg.ops.add, gradient wanted", False, 25.0)]
+    host["rows"] += [{"op": "add", "path": p, "peer": peer, "allocates": True, "grad": True, "us_per_call": us}
+                     for p, peer, us in graded]  # fmt: skip
+    host["summary"] = {"add": {"ops_over_torch": 1.3, "operator_extra_us": 2.5, "grad_ops_over_torch": 1.25}}
+    text = host_table(host)
+    assert "| add | tkreg.ops.add, gradient wanted | - | 25.0 | - | 1.25x |" in text  # against the peer's, graded
+    assert "| add | tkreg.ops.add | - | 13.0 | - | 1.30x |" in text  # still against the ungraded call
+    assert "add 1.30x (operator +2.5 us; 1.25x with a gradient wanted)." in text
     figures = [("bfloat16", "cuBLAS", 27.0, 1.0, True), ("bfloat16", "tkreg.ops", 24.5, 0.9, True),
                ("float16", "cuBLAS", 27.0, 1.0, True), ("float16", "tkreg.ops", 33.0, 1.25, False)]  # fmt: skip
     linear = {"rows": [{"op": "mm", "M": 16, "N": 4096, "K": 4096, "layout": "nk", "dtype": d, "impl": impl, "ms": 0.01,

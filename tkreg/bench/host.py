@@ -5,7 +5,8 @@ Per op, on an input of SIDE in every dim (256 x 256; 256^3 for matmul) in the op
 dtype: the op's peer (torch) writing into a given output and allocating its own (torch's own
 call); every kernel's launcher, output given and output allocated; ``tkreg.ops.<op>``;
 ``torch.ops.tkreg.<op>``; ``tkreg.ops.<op>`` replayed from a CUDA graph (what the same work costs
-with no Python at all); and a cached ``lookup``. Plus one reference row: a plain ``@triton.jit``
+with no Python at all); a cached ``lookup``; and, for an op with gradients, the peer's forward and
+``tkreg.ops.<op>`` on inputs that want one (a training forward). Plus one reference row: a plain ``@triton.jit``
 add launched as ``kernel[grid]``. A path that allocates its outputs is held against the peer's
 allocating call, one that does not against the peer writing into a given output.
 
@@ -13,8 +14,8 @@ Each figure: CALLS calls queued back to back, then one synchronize, per call; th
 rounds (``us_per_call``), and the queueing alone (``host_us``: the host's own work per call). The
 rounds interleave an op's paths, so a host whose speed drifts while they are timed (seen: torch.add
 from 7.0 to 11.4 us between runs on one H100 host) moves them alike and their ratios hold. The
-summary holds, per op, tkreg.ops' time over torch's own allocating call and what the torch
-operator costs beyond tkreg.ops.
+summary holds, per op, tkreg.ops' time over torch's own allocating call, what the torch
+operator costs beyond tkreg.ops, and tkreg.ops over the peer where a gradient is wanted.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .calls import (
 from .suites import Deadline, Measured
 
 TORCH, OPS, OPERATOR = "torch", "ops", "operator"  # the paths the summary's goals compare
+TORCH_GRAD, OPS_GRAD = "torch_grad", "ops_grad"  # the same forwards, on inputs that want a gradient
 SIDE = 256  # every dim: small enough that the host, not the GPU, sets the pace
 CALLS = 1000
 ROUNDS = 9
@@ -71,7 +73,8 @@ class Path:
     make: Callable[[], Call | None]
     peer: bool = False
     allocates: bool = False
-    role: str = ""  # what the summary holds it as: TORCH, OPS or OPERATOR (empty: nothing)
+    role: str = ""  # what the summary holds it as: TORCH, OPS, OPERATOR, ... (empty: nothing)
+    grad: bool = False  # on inputs that want a gradient (held against the peer's call on those)
 
 
 def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
@@ -92,6 +95,12 @@ def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
     found.append(Path(f"tkreg.ops.{op.name} replayed from a CUDA graph", lambda: graph_replay(ops_call(op, inputs))))
     lookup: Call = lambda: registry.lookup(op.name, inputs=inputs)  # noqa: E731 (a call, as the others)
     found.append(Path("lookup of the kernels for these inputs, cached", lambda: lookup))
+    if op.grads:  # a training forward: autograd records each call (its backward is not timed)
+        leaves = tuple(t.detach().requires_grad_(name in op.grads) for name, t in zip(op.inputs, inputs))
+        found.append(Path(f"{op.peer_name} (the peer), gradient wanted", lambda: peer_call(op, leaves, None), peer=True,
+                          allocates=True, role=TORCH_GRAD, grad=True))
+        found.append(Path(f"tkreg.ops.{op.name}, gradient wanted", lambda: ops_call(op, leaves), allocates=True,
+                          role=OPS_GRAD, grad=True))
     return found
 
 
@@ -126,7 +135,7 @@ def measure(deadline: Deadline) -> Measured:
         found: list[tuple[Path, dict[str, Any]]] = []
         for path in paths(registry, op, sig):
             row: dict[str, Any] = {"op": op.name, "path": path.what, "shape": sig.shape, "dtype": sig.dtype, "peer": path.peer,
-                                   "allocates": path.allocates}  # fmt: skip
+                                   "allocates": path.allocates, "grad": path.grad}  # fmt: skip
             try:
                 call = path.make()
             except Exception as e:  # a path that cannot be made here is a finding: its row says why
@@ -158,17 +167,22 @@ def measure(deadline: Deadline) -> Measured:
                  "host_us": round(figures.queued_us, 2)})  # fmt: skip
     notes = (f"{CALLS} calls queued back to back then one synchronize, per call, least of {ROUNDS} rounds interleaving "
              "an op's paths (us_per_call); host_us: the queueing alone. Summary per op: tkreg.ops over the peer "
-             "allocating its own output (goal <= 1.3), torch.ops.tkreg minus tkreg.ops in us (goal <= 5). What "
+             "allocating its own output (goal <= 1.3), torch.ops.tkreg minus tkreg.ops in us (goal <= 5), tkreg.ops "
+             "over the peer on inputs that want a gradient (grad_ops_over_torch). What "
              "tkreg.ops decided at these inputs: " + " / ".join(decisions))  # fmt: skip
     return Measured(kind="host_overhead", rows=rows, notes=notes, summary=summary)
 
 
 def _summary(by_role: dict[str, HostTime]) -> dict[str, float]:
-    """tkreg.ops against torch's own allocating call, and the torch operator's cost beyond tkreg.ops."""
+    """tkreg.ops against torch's own allocating call, the torch operator's cost beyond tkreg.ops,
+    and tkreg.ops against torch where the inputs want a gradient."""
     ours, peer, operator = by_role.get(OPS), by_role.get(TORCH), by_role.get(OPERATOR)
+    ours_grad, peer_grad = by_role.get(OPS_GRAD), by_role.get(TORCH_GRAD)
     found: dict[str, float] = {}
     if ours is not None and peer is not None:
         found["ops_over_torch"] = round(ours.per_call_us / peer.per_call_us, 3)
     if ours is not None and operator is not None:
         found["operator_extra_us"] = round(operator.per_call_us - ours.per_call_us, 2)
+    if ours_grad is not None and peer_grad is not None:
+        found["grad_ops_over_torch"] = round(ours_grad.per_call_us / peer_grad.per_call_us, 3)
     return found

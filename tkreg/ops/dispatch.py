@@ -131,6 +131,9 @@ class Plan:
     # (the kernel leads by less than AUTOGRAD_LEAD_US); None where they go through the kernel
     autograd_instead: Callable[..., Any] | None = None
     autograd_decided: bool = False
+    # what a call that wants a gradient makes, once a first such call found it the peer's own
+    # (tkreg.ops' fast path calls it); None until then, or where the op's autograd.Function takes it
+    gradient_call: Callable[..., Any] | None = None
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -209,12 +212,15 @@ class Dispatcher:
                 tuple(t.shape) != tuple(o.shape) or t.dtype != o.dtype for t, o in zip(outs, layouts)
             ):
                 return NOT_TAKEN  # not the outputs a kernel gives: its plan's autograd.Function
-            plan.autograd_instead = instead
+            plan.autograd_instead = plan.gradient_call = instead
             return got
         if not plan.autograd_peer:
             return NOT_TAKEN
         got = plan.returned(*inputs)  # type: ignore[misc]
-        return got if plan.autograd_peer else NOT_TAKEN  # the first call may find the peer wants out=
+        if not plan.autograd_peer:
+            return NOT_TAKEN  # the first call found the peer wants out=
+        plan.gradient_call = plan.returned  # as the first call left it
+        return got
 
     def _peer_for_gradients(self, plan: Plan, inputs: Sequence[Any]) -> Callable[..., Any] | None:
         """The peer's own call (the outputs callers get) for calls of a kernel's plan that want a

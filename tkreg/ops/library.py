@@ -351,7 +351,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     names = dispatcher.form.input_names
     arity = len(names) if names is not None else 0
     if 1 <= arity <= keys.MAX_UNROLLED:
-        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, slow, traced)
+        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, dispatcher.grad_index, slow, traced)
     else:
         call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow, traced)
     call.__name__ = call.__qualname__ = op.name
@@ -369,8 +369,10 @@ _MISSING = object()  # an input a call did not pass (the generated fast path's d
 # tkreg.ops.<op> for an op of a known arity: the fast path with the inputs as named parameters
 # and the key as one expression (tkreg.ops.keys.source), generated because on a launch-bound call
 # a loop, a list and nested tuples are a fifth of what the dispatch costs the host. A trace takes
-# ``traced``; anything else unusual (a missing or extra input, a tensor subclass, a gradient
-# wanted, an unplanned signature, a dispatch mode) takes ``slow(inputs, params)``.
+# ``traced``. A call that wants a gradient, of a signature whose first such call found it the
+# peer's own (Plan.gradient_call), makes that call at once. Anything else unusual (a missing or
+# extra input, a tensor subclass, an unplanned signature, a dispatch mode, a gradient through the
+# op's autograd.Function) takes ``slow(inputs, params)``.
 _UNROLLED = """
 def call({defaults}, /, *rest, **params):
     if is_compiling():
@@ -380,6 +382,10 @@ def call({defaults}, /, *rest, **params):
             plan = plans.get(({key}{values}))
             if plan is not None and not in_mode():
                 return plan.returned({names})
+        elif not ({ungraded}):
+            plan = plans.get(({key}{values}))
+            if plan is not None and plan.gradient_call is not None and not in_mode():
+                return plan.gradient_call({names})
     return slow(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
 """
 # An op with parameters keys its plans by their values too: a call that gives them (a model's
@@ -421,12 +427,14 @@ def _scope(params: Any) -> dict[str, Any]:
             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
 
 
-def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, slow: Callable[..., Any],
+def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, graded: Sequence[int], slow: Callable[..., Any],
                    traced: Callable[..., Any]) -> Callable[..., Any]:
     names = [f"t{i}" for i in range(arity)]
+    # an input the op gives no gradient that wants one: the slow path's own error, or None
+    ungraded = " or ".join(f"{n}.requires_grad" for i, n in enumerate(names) if i not in graded) or "False"
     text = _UNROLLED.format(
         defaults=", ".join(f"{n}=MISSING" for n in names), no_params="" if params.names else "not params and ",
-        **_fields(names, params),
+        ungraded=ungraded, **_fields(names, params),
     )
     return keys.generated(text, "call", {**_scope(params), "plans": plans, "slow": slow, "traced": traced})
 

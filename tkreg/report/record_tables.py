@@ -234,11 +234,11 @@ def host_table(document: Mapping[str, Any]) -> str:
     """The host suite: per op and path, us per call and the queueing alone, against the peer's call
     that allocates as this path does (its own outputs, or a given one)."""
     rows = list(document.get("rows") or [])
-    peer_us = {(r["op"], bool(r.get("allocates"))): r["us_per_call"]
+    peer_us = {(r["op"], bool(r.get("allocates")), bool(r.get("grad"))): r["us_per_call"]
                for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}  # fmt: skip
     body = []
     for r in rows:
-        us, base = r.get("us_per_call"), (r.get("op"), bool(r.get("allocates")))
+        us, base = r.get("us_per_call"), (r.get("op"), bool(r.get("allocates")), bool(r.get("grad")))
         ratio = us / peer_us[base] if _is_number(us) and base in peer_us else None
         shape = " ".join(x for x in (str(r.get("shape", "")), SHORT_NAMES.get(str(r.get("dtype", "")), "")) if x)
         body.append([str(r.get("op", "-")), str(r.get("path", "")), shape or "-", _us(us), _us(r.get("host_us")),
@@ -247,12 +247,21 @@ def host_table(document: Mapping[str, Any]) -> str:
     text = table(headers, body, [False, False, False, True, True, True])
     summary = {op: v for op, v in (document.get("summary") or {}).items() if isinstance(v, Mapping)}
     if summary:
-        said = [f"{op} {v['ops_over_torch']:.2f}x" + (f" (operator +{v['operator_extra_us']:.1f} us)"
-                                                     if _is_number(v.get("operator_extra_us")) else "")
-                for op, v in sorted(summary.items()) if _is_number(v.get("ops_over_torch"))]  # fmt: skip
-        text += ("\n\ntkreg.ops against torch's own allocating call (goal: at most 1.3x), and what torch.ops.tkreg "
-                 "costs beyond it (goal: at most 5 us): " + ", ".join(said) + ".")  # fmt: skip
+        said = [_host_goals(op, v) for op, v in sorted(summary.items()) if _is_number(v.get("ops_over_torch"))]
+        text += ("\n\ntkreg.ops against torch's own allocating call (goal: at most 1.3x), what torch.ops.tkreg "
+                 "costs beyond it (goal: at most 5 us), and tkreg.ops against the peer's call where the inputs want "
+                 "a gradient: " + ", ".join(said) + ".")  # fmt: skip
     return text
+
+
+def _host_goals(op: str, found: Mapping[str, Any]) -> str:
+    """One op's host summary: tkreg.ops over torch, then what else was found, in brackets."""
+    extra = []
+    if _is_number(found.get("operator_extra_us")):
+        extra.append(f"operator +{found['operator_extra_us']:.1f} us")
+    if _is_number(found.get("grad_ops_over_torch")):
+        extra.append(f"{found['grad_ops_over_torch']:.2f}x with a gradient wanted")
+    return f"{op} {found['ops_over_torch']:.2f}x" + (f" ({'; '.join(extra)})" if extra else "")
 
 
 def _median(sorted_values: Sequence[float]) -> float:

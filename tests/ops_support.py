@@ -313,8 +313,8 @@ class RmsPlugin:
     a forward kernel, backward kernels, a formula, a peer."""
 
     def __init__(
-        self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool = True, peer_y_only: bool = False,
-        full_peer: bool = False,
+        self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool | tuple[str, ...] = True,
+        peer_y_only: bool = False, full_peer: bool = False,
     ) -> None:
         self.kernels, self.formula, self.peer, self.grads = kernels, formula, peer, grads
         self.peer_fn = rms_peer_y_only if peer_y_only else rms_peer
@@ -338,7 +338,7 @@ class RmsPlugin:
                 inputs=("x", "weight"),
                 params=(tkreg.Param("eps", 1e-6, values=(1e-6, 0.5)),),
                 outputs=(tkreg.Output("y"), tkreg.Output("rstd", dtype="float32", differentiable=False, returned=False)),
-                grads=("x", "weight") if self.grads else (),
+                grads=("x", "weight") if self.grads is True else tuple(self.grads or ()),
                 backward=rms_formula if self.formula else None,
                 contract=tkreg.contracts.rows(),
             )

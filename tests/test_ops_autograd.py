@@ -306,6 +306,24 @@ def test_a_planned_call_that_wants_a_gradient_goes_straight_to_the_peers_own(
     assert len(calls("rms_peer")) == 3
 
 
+def test_an_input_without_a_gradient_that_wants_one_skips_the_fast_way_to_the_peer(recorded: None) -> None:
+    """The op gives x a gradient, not the weight: once calls that want x's went straight to the
+    peer's own call, one whose weight wants a gradient too takes the checked way, the op's
+    autograd.Function, which gives the weight none."""
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, grads=("x",))))
+    x, w, grad = _rms_leaves(35)
+    w_plain = w.detach()
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
+        ops.toy_rms_norm(x, w_plain, eps=0.5)
+    assert not type(ops.toy_rms_norm(x, w_plain, eps=0.5).grad_fn).__name__.startswith("tkreg_")  # the peer's own
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tkreg.ops.PeerFallbackWarning)
+        y = ops.toy_rms_norm(x, w, eps=0.5)
+        assert type(y.grad_fn).__name__ == "tkreg_toy_rms_normBackward"
+        y.backward(grad)
+    assert w.grad is None and x.grad is not None
+
+
 def test_a_full_peer_that_lays_out_an_output_otherwise_is_not_used(recorded: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full peer whose rstd is not the op's (here float64) is not used: the outputs stay the
     peer's, rstd unwritten, and gradients flow through the peer as before."""

@@ -6,8 +6,8 @@ dtype: the op's peer (torch) writing into a given output and allocating its own 
 call); every kernel's launcher, output given and output allocated; ``tkreg.ops.<op>``;
 ``torch.ops.tkreg.<op>``; ``tkreg.ops.<op>`` replayed from a CUDA graph (what the same work costs
 with no Python at all); a cached ``lookup``; and, for an op with gradients, the peer's forward and
-``tkreg.ops.<op>`` on inputs that want one (a training forward). Plus one reference row: a plain ``@triton.jit``
-add launched as ``kernel[grid]``. A path that allocates its outputs is held against the peer's
+``tkreg.ops.<op>`` on inputs that want one (a training forward). Plus one reference row: a plain
+``@triton.jit`` add launched as ``kernel[grid]``. A path that allocates its outputs is held against the peer's
 allocating call, one that does not against the peer writing into a given output.
 
 Each figure: CALLS calls queued back to back, then one synchronize, per call; the least of ROUNDS

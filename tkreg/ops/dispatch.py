@@ -64,8 +64,8 @@ OPAQUE_CALL_US = 10.0
 # than the peer's own autograd over the forward and its backward (a layer norm at 4096x4096 bf16 on
 # an H200 host, 2026-11-26: 17 us forward, about 100 backward). Where the kernel's measured forward
 # lead over the peer is under a third of that (its backward, kernel or formula, taken to lead by
-# at most twice as much),
-# such a call is the peer's own: training at launch-bound sizes runs at torch's speed.
+# at most twice as much), such a call is the peer's own: training at launch-bound sizes runs at
+# torch's speed.
 AUTOGRAD_LEAD_US = 40.0
 
 
@@ -127,13 +127,11 @@ class Plan:
     key: Any = None  # the signature key the plan is kept under
     # the peer runs as torch code calls it (out=None), so torch's autograd records its own backward
     autograd_peer: bool = False
-    # for a kernel's plan: the peer's own call, which calls that want a gradient make instead
-    # (the kernel leads by less than AUTOGRAD_LEAD_US); None where they go through the kernel
-    autograd_instead: Callable[..., Any] | None = None
-    autograd_decided: bool = False
-    # what a call that wants a gradient makes, once a first such call found it the peer's own
-    # (tkreg.ops' fast path calls it); None until then, or where the op's autograd.Function takes it
+    # what a call that wants a gradient makes, once a first such call found it the peer's own (the
+    # peer runs these inputs, or the kernel leads by less than AUTOGRAD_LEAD_US; tkreg.ops' fast
+    # path calls it too); None until then, or where the op's autograd.Function takes such calls
     gradient_call: Callable[..., Any] | None = None
+    autograd_decided: bool = False  # a kernel's plan: whether gradient_call was decided
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -178,11 +176,10 @@ class Dispatcher:
     def through_peer_autograd(self, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """The outputs callers get, for a call that wants a gradient, where these inputs run the
         peer (it was measured faster, or no kernel takes them), or a kernel that leads the peer
-        by less than AUTOGRAD_LEAD_US: the peer's own call,
-        so that torch's autograd records torch's own backward, which costs the host a fraction of
-        the op's autograd.Function. NOT_TAKEN where that does not hold: the autograd.Function
-        takes the call (a kernel's forward, then its backward kernel or the formula, which may
-        call tkreg.ops again)."""
+        by less than AUTOGRAD_LEAD_US: the peer's own call, so that torch's autograd records
+        torch's own backward, which costs the host a fraction of the op's autograd.Function.
+        NOT_TAKEN where that does not hold: the autograd.Function takes the call (a kernel's
+        forward, then its backward kernel or the formula, which may call tkreg.ops again)."""
         op = self.op
         if op.peer is None or not op.grads:
             return NOT_TAKEN
@@ -190,9 +187,11 @@ class Dispatcher:
         if any(getattr(t, "requires_grad", False) and i not in grads for i, t in enumerate(inputs)):
             return NOT_TAKEN  # an input the op gives no gradient: its own error, or None
         plan = self.planned(inputs, self.params.values(params) if params else self.params.defaults)
+        if plan.gradient_call is not None:
+            return plan.gradient_call(*inputs)
         if plan.launchers:
             if plan.autograd_decided:
-                return NOT_TAKEN if plan.autograd_instead is None else plan.autograd_instead(*inputs)
+                return NOT_TAKEN
             plan.autograd_decided = True
             instead = self._peer_for_gradients(plan, inputs)
             if instead is None:
@@ -212,7 +211,7 @@ class Dispatcher:
                 tuple(t.shape) != tuple(o.shape) or t.dtype != o.dtype for t, o in zip(outs, layouts)
             ):
                 return NOT_TAKEN  # not the outputs a kernel gives: its plan's autograd.Function
-            plan.autograd_instead = plan.gradient_call = instead
+            plan.gradient_call = instead
             return got
         if not plan.autograd_peer:
             return NOT_TAKEN

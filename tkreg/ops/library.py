@@ -306,9 +306,9 @@ def way_of(inputs: Sequence[Any]) -> int:
 def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """``tkreg.ops.<op>``: plain tensors that need no autograd go straight to the dispatcher
     (the torch.library path costs several microseconds more per call), and those that want a
-    gradient to the peer's own call where the peer runs them and the op has no backward formula
-    (torch's autograd then records torch's backward), else to the op's eager autograd.Function
-    (``differentiable``, see :func:`_call_eagerly`);
+    gradient to the peer's own call where the peer runs them or a kernel leads it by little
+    (:meth:`Dispatcher.through_peer_autograd`: torch's autograd then records torch's backward),
+    else to the op's eager autograd.Function (``differentiable``, see :func:`_call_eagerly`);
     under torch.compile, tensor subclasses or a dispatch mode, the call goes through the torch
     operator.
     Returns the outputs the op marks ``returned`` (one tensor, or a tuple of them)."""
@@ -378,13 +378,11 @@ def call({defaults}, /, *rest, **params):
     if is_compiling():
         return traced(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
     if {no_params}not rest and {plain}:
-        if not (grad_enabled() and ({wanted})):
-            plan = plans.get(({key}{values}))
-            if plan is not None and not in_mode():
+        plan = plans.get(({key}{values}))
+        if plan is not None and not in_mode():
+            if not (grad_enabled() and ({wanted})):
                 return plan.returned({names})
-        elif not ({ungraded}):
-            plan = plans.get(({key}{values}))
-            if plan is not None and plan.gradient_call is not None and not in_mode():
+            if plan.gradient_call is not None and not ({ungraded}):
                 return plan.gradient_call({names})
     return slow(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
 """

@@ -293,6 +293,46 @@ def test_a_later_process_runs_a_signature_whose_measured_choice_is_the_peer_with
     assert len(planned) == 1 and TIMED == []  # planned from the cached choice
 
 
+def test_a_later_process_reads_what_every_op_remembered_at_its_first_call_on_the_device(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first call on a device reads the signatures every installed op remembered there, so
+    that another op's first call of a remembered signature finds its plan made: one read per op,
+    paid once, not at each op's first call of the process."""
+    import functools
+
+    import tkreg.ops
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin, rms_reference
+    from tkreg.ops import dispatch, keys, remembered
+
+    # every peer (a partial of it, as candidates call it) is measured ten times faster than a kernel
+    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    rows, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+
+    def registry() -> Any:
+        return registry_with(ToyPlugin(toy_kernel("toy_fast", toy_fast)), RmsPlugin(RMS_FORWARD, RMS_BACKWARD))
+
+    try:
+        tkreg.ops.install(registry())
+        tkreg.ops.toy_mul(x, y)
+        tkreg.ops.toy_rms_norm(rows, w)
+        remembered.flush()
+        tkreg.ops.install(registry())  # a later process
+        norm = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
+        rms_key = keys.plan_key([rows, w], norm.params.defaults)
+        assert rms_key not in norm._plans
+        torch.testing.assert_close(tkreg.ops.toy_mul(x, y), x * y)
+        assert rms_key in norm._plans  # read at toy_mul's first call
+        planned: list[Any] = []
+        plan = dispatch.Dispatcher.plan
+        monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
+        torch.testing.assert_close(tkreg.ops.toy_rms_norm(rows, w), rms_reference(rows, w)[0])
+        assert planned == [] and TIMED == []
+    finally:
+        tkreg.ops.uninstall()
+
+
 @pytest.mark.parametrize("full_peer", [False, True], ids=["peer-only", "full-peer"])
 def test_a_remembered_peer_that_returns_y_only_still_keeps_backward_kernels_off_rstd(
     gpu_like: Path, monkeypatch: pytest.MonkeyPatch, full_peer: bool

@@ -110,3 +110,15 @@ def test_a_stated_note_explains_a_bound_no_feature_sets() -> None:
         "needs capability 9.0..10.3 (tiles need 150 KiB); this device is 12.0"
     ]
     assert unmet_requirements(k, tkreg.Platform.cuda("8.0")) == ["needs capability 9.0..10.3 for tma; this device is 8.0"]
+
+
+@pytest.mark.parametrize("distribution", ["pytest", "pluggy", "torch", "triton", "tkreg"])
+def test_installed_versions_read_from_the_metadata_header_match_importlib(distribution: str) -> None:
+    from importlib import metadata
+
+    platform.installed_version.cache_clear()
+    assert platform.installed_version(distribution) == metadata.version(distribution)
+
+
+def test_a_distribution_that_is_not_installed_has_no_version() -> None:
+    assert platform.installed_version("tkreg-no-such-distribution") is None

@@ -62,6 +62,7 @@ def install(registry: Any = None) -> list[str]:
     dispatchers = {}
     for op in registry.ops():
         dispatcher = dispatchers[op.name] = Dispatcher(registry, op)
+        dispatcher.siblings = dispatchers
         slot, overload = torch_operator(dispatcher)
         ops[op.name] = entry_point(dispatcher, overload, slot.differentiable if slot is not None else None)
         if slot is not None:

@@ -219,19 +219,8 @@ class Chooser:
 
     def environment(self, device: int) -> dict[str, str]:
         """What a choice holds for: the GPU, the driver, and the versions of everything that runs."""
-        import torch
-
         plugins = ",".join(f"{p.name}={p.version or 'in-process'}" for p in sorted(self.registry.plugins, key=lambda p: p.name))
-        major, minor = torch.cuda.get_device_capability(device)
-        return {
-            "device": _device_name(device),
-            "capability": f"{major}.{minor}",
-            "driver": driver_version(),
-            "torch": torch.__version__,
-            "triton": installed_version("triton") or "",
-            "tkreg": installed_version("tkreg") or "",
-            "plugins": plugins,
-        }
+        return dict(_environment(device, plugins))
 
     def forget(self) -> None:
         for tuner in self._tuners.values():
@@ -260,6 +249,25 @@ def cuda_device(tensors: Sequence[Any]) -> int | None:
 
             return device.index if device.index is not None else torch.cuda.current_device()
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _environment(device: int, plugins: str) -> tuple[tuple[str, str], ...]:
+    """Chooser.environment, worked out once per process for every op (the versions are read from
+    files): plain strings, so that comparing it with a file's is cheap (torch.__version__ compares
+    by parsing)."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return (
+        ("device", _device_name(device)),
+        ("capability", f"{major}.{minor}"),
+        ("driver", driver_version()),
+        ("torch", str(torch.__version__)),
+        ("triton", installed_version("triton") or ""),
+        ("tkreg", installed_version("tkreg") or ""),
+        ("plugins", plugins),
+    )
 
 
 @functools.lru_cache(maxsize=16)

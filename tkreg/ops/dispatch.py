@@ -165,6 +165,9 @@ class Dispatcher:
         self._partial_keys: set[Any] = set()
         self._partial_forgotten = False
         self._remembered: dict[int, dict[Any, dict[str, Any]]] = {}  # per CUDA device (see .remembered)
+        # the dispatchers installed with this one (tkreg.ops.install): the first call on a device
+        # reads what every op remembers there, so that each other op's first call finds it read
+        self.siblings: dict[str, Dispatcher] = {}
         self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
 
     # -- the hot path -----------------------------------------------------------------------
@@ -571,6 +574,19 @@ class Dispatcher:
         """The signatures earlier processes remembered on this CUDA device, by plan key (read once;
         the plans of those the peer runs are made then, so that their first calls find them on
         tkreg.ops' fast path, as later calls do)."""
+        known = self._remembered.get(device)
+        if known is None:
+            known = self._read_remembered(device)
+            for other in self.siblings.values():
+                if device not in other._remembered:
+                    try:
+                        other._read_remembered(device)
+                    except Exception as e:  # that op's own first call reads them again and says why
+                        log.debug("tkreg.ops.%s: remembered signatures not read ahead (%r)", other.op.name, e)
+        return known
+
+    def _read_remembered(self, device: int) -> dict[Any, dict[str, Any]]:
+        """Read this op's remembered signatures on ``device`` and make the plans of the peer's."""
         known = self._remembered.get(device)
         if known is None:
             cache = self.chooser.tuner(device).cache

@@ -137,6 +137,48 @@ def test_the_torch_operator_takes_parameters_keyword_only_with_defaults(toy_ops:
     assert str(toy_ops.toy_rms_norm.__signature__) == signature
 
 
+def test_the_torch_operator_takes_a_planned_call_to_its_plan_and_every_other_call_through_torch(
+    toy_ops: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.ops.tkreg.<op>(...) of plain tensors that want no gradient, of a planned signature,
+    runs its plan without crossing into torch's dispatcher; a new signature, keywords for inputs,
+    a gradient or a dispatch mode take the operator's own call. Either way the same outputs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    packet = torch.ops.tkreg.toy_rms_norm
+    assert isinstance(packet, torch._ops.OpOverloadPacket) and packet.default is torch.ops.tkreg.toy_rms_norm.default
+    through_torch: list[Any] = []
+    op = packet._op
+    monkeypatch.setattr(packet, "_op", lambda *a, **k: through_torch.append(k) or op(*a, **k))
+    x, w = _rand(3, 8, seed=7), _rand(8, seed=8)
+    want = _rms64(x, w, 0.5)
+
+    def check(got: Any) -> None:
+        for g, expected in zip(got, want):
+            torch.testing.assert_close(g.double(), expected, atol=1e-5, rtol=1e-5)
+
+    check(packet(x, w, eps=0.5))  # a new signature: planned through torch's dispatcher
+    assert len(through_torch) == 1
+    launched = len(calls("rms_torch"))
+    check(packet(x, w, eps=0.5))
+    assert len(through_torch) == 1 and len(calls("rms_torch")) == launched + 1  # the plan ran, once
+    check(packet(x, weight=w, eps=0.5))  # an input by keyword
+    assert len(through_torch) == 2
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        check(packet(x, w, eps=0.5))
+    assert len(through_torch) == 3
+    xg = x.clone().requires_grad_()
+    y, _ = packet(xg, w, eps=0.5)
+    assert len(through_torch) == 4 and y.grad_fn is not None
+    with pytest.raises(TypeError, match=r"toy_rms_norm: parameter eps must be a float, got 'big'"):
+        packet(x, w, eps="big")
+
+
 def test_parameters_under_torch_compile_fullgraph(toy_ops: Any) -> None:
     torch._dynamo.reset()
     try:

@@ -6,7 +6,8 @@ defaults; ``-> (Tensor, Tensor)`` where the op has several outputs):
 
 - ``torch.ops.tkreg.<op>``, a ``triton_op``: what users and torch.compile see, returning every
   output, with autograd (see below). Called eagerly with plain tensors, its autograd kernel
-  dispatches (:mod:`.dispatch`) at once (:func:`_call_eagerly`).
+  dispatches (:mod:`.dispatch`) at once (:func:`_call_eagerly`); a planned call that wants no
+  gradient runs its plan from the packet's own ``__call__`` (:func:`_take_planned_packet_calls`).
   When torch.compile's AOT stage traces into it (FakeTensors: shapes and strides, no addresses),
   it asks :meth:`Dispatcher.static_route` whether the kernel is the same at every alignment and
   has a traceable launcher (one that launches through ``torch.library.wrap_triton``): then the
@@ -159,8 +160,10 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
         return tuple(result)
 
     traced.register_autograd(backward, setup_context=setup_context)
-    overload = getattr(getattr(torch.ops, TRACED_NAMESPACE), name).default
+    packet = getattr(getattr(torch.ops, TRACED_NAMESPACE), name)
+    overload = packet.default
     _call_eagerly(traced, overload, slot, setup_context, backward)
+    _take_planned_packet_calls(packet, slot)
     return overload
 
 
@@ -236,6 +239,31 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
         log.debug("%s: torch's own autograd kernel only (%s)", overload, e)
         return False
     return True
+
+
+def _take_planned_packet_calls(packet: Any, slot: Slot) -> None:
+    """Let ``torch.ops.tkreg.<op>(...)`` take a planned call of plain tensors that wants no
+    gradient straight to its plan, in Python.
+
+    Through torch's dispatcher the same call crosses into C++ and back twice: the packet's call
+    converts every argument, the Python autograd kernel gets them again, and its outputs go the
+    same way back; on a host where tkreg.ops.layer_norm costs 12 us that is about 15 more, growing
+    with the tensors (inputs and outputs) crossing. The packet's class becomes a subclass whose
+    ``__call__`` checks what the autograd kernel (:data:`_OPERATOR`) checks and runs the plan
+    the kernel would run; any other call (another arity or keywords for inputs, a trace, a
+    subclass, a mode, a gradient, an unplanned signature) takes the packet's own call, unchanged.
+    The packet stays the object torch and torch.compile know (its overloads, its schema)."""
+    names = slot.dispatcher.form.input_names
+    arity = len(names) if names is not None else 0
+    if not 1 <= arity <= keys.MAX_UNROLLED or not isinstance(packet, torch._ops.OpOverloadPacket):
+        return
+    params = slot.dispatcher.params
+    text = _PACKET.format(arity=arity, **_fields([f"t{i}" for i in range(arity)], params))
+    call = keys.generated(text, "packet_call", {**_scope(params), "slot": slot})
+    try:
+        packet.__class__ = type(f"tkreg_{packet.__name__}_packet", (type(packet),), {"__call__": call})
+    except TypeError as e:  # pragma: no cover - another torch's packet: its own call stays
+        log.debug("%s: the packet's own call only (%s)", packet, e)
 
 
 def _define_backward(op: Op, slot: Slot) -> Any:
@@ -403,6 +431,21 @@ def kernel(keyset, {names}, /, **params):
             if plan is not None and not in_mode():
                 return plan.run({names})
     return other(keyset, {names}, **params)
+"""
+
+
+# ``torch.ops.tkreg.<op>``'s own __call__ for calls of plain tensors that want no gradient, of a
+# signature already planned (see _take_planned_packet_calls): the autograd kernel's checks, in
+# Python. Inputs come positionally, as many as the op has; anything else is the packet's own call.
+_PACKET = """
+def packet_call(self, /, *args, **params):
+    if len(args) == {arity} and not is_compiling():
+        {names}, = args
+        if {plain} and not (grad_enabled() and ({wanted})):
+            plan = slot.dispatcher._plans.get(({key}{values}))
+            if plan is not None and not in_mode():
+                return plan.run({names})
+    return self._op(*args, **params)
 """
 
 

@@ -586,21 +586,20 @@ class Dispatcher:
         return known
 
     def _read_remembered(self, device: int) -> dict[Any, dict[str, Any]]:
-        """Read this op's remembered signatures on ``device`` and make the plans of the peer's."""
-        known = self._remembered.get(device)
-        if known is None:
-            cache = self.chooser.tuner(device).cache
-            entries = cache.signatures(self.op.name) if cache is not None else {}
-            known = self._remembered[device] = remembered.parse(entries, bool(self.params.names))
-            room = PLAN_CACHE_SIZE - len(self._plans)
-            for key, entry in known.items():
-                if room <= 0:
-                    break
-                if key not in self._plans:
-                    plan = self._recalled_plan(key, entry)
-                    if plan is not None:
-                        self._plans[key] = plan
-                        room -= 1
+        """Read this op's remembered signatures on ``device`` (not read yet) and make the plans of
+        the peer's."""
+        cache = self.chooser.tuner(device).cache
+        entries = cache.signatures(self.op.name) if cache is not None else {}
+        known = self._remembered[device] = remembered.parse(entries, bool(self.params.names))
+        room = PLAN_CACHE_SIZE - len(self._plans)
+        for key, entry in known.items():
+            if room <= 0:
+                break
+            if key not in self._plans:
+                plan = self._recalled_plan(key, entry)
+                if plan is not None:
+                    self._plans[key] = plan
+                    room -= 1
         return known
 
     def _recalled(self, inputs: Sequence[Any], key: Any) -> Plan | None:

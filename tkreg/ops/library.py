@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -249,7 +250,7 @@ def _take_planned_packet_calls(packet: Any, slot: Slot) -> None:
     converts every argument, the Python autograd kernel gets them again, and its outputs go the
     same way back; on a host where tkreg.ops.layer_norm costs 12 us that is about 15 more, growing
     with the tensors (inputs and outputs) crossing. The packet's class becomes a subclass whose
-    ``__call__`` checks what the autograd kernel (:data:`_OPERATOR`) checks and runs the plan
+    ``__call__`` begins as the autograd kernel does (:data:`_PLANNED_RUN`) and runs the plan
     the kernel would run; any other call (another arity or keywords for inputs, a trace, a
     subclass, a mode, a gradient, an unplanned signature) takes the packet's own call, unchanged.
     The packet stays the object torch and torch.compile know (its overloads, its schema)."""
@@ -257,8 +258,8 @@ def _take_planned_packet_calls(packet: Any, slot: Slot) -> None:
     arity = len(names) if names is not None else 0
     if not 1 <= arity <= keys.MAX_UNROLLED or not isinstance(packet, torch._ops.OpOverloadPacket):
         return
-    params = slot.dispatcher.params
-    text = _PACKET.format(arity=arity, **_fields([f"t{i}" for i in range(arity)], params))
+    params, inputs = slot.dispatcher.params, [f"t{i}" for i in range(arity)]
+    text = _PACKET.format(arity=arity, names=", ".join(inputs), planned=_planned_run(inputs, params, 8))
     call = keys.generated(text, "packet_call", {**_scope(params), "slot": slot})
     try:
         packet.__class__ = type(f"tkreg_{packet.__name__}_packet", (type(packet),), {"__call__": call})
@@ -420,33 +421,38 @@ def call({defaults}, /, *rest, **params):
 _VALUES = ", ({given}) if len(params) == {count} and {typed} else values(params) if params else defaults"
 
 
-# The torch operators' autograd kernel for calls of plain tensors that want no gradient, of a
-# signature already planned: every output, from the same key tkreg.ops.<op> builds (torch always
-# passes every input, and every parameter with its declared type). ``other`` takes the rest.
+# A call of plain tensors that wants no gradient, outside a trace or a dispatch mode, of a signature
+# already planned: every output, from the same key tkreg.ops.<op> builds. The torch operator's
+# autograd kernel and its packet's __call__ both begin with it (:func:`_planned_run`).
+_PLANNED_RUN = """\
+if {plain} and not is_compiling() and not (grad_enabled() and ({wanted})):
+    plan = slot.dispatcher._plans.get(({key}{values}))
+    if plan is not None and not in_mode():
+        return plan.run({names})
+"""
+
+# The torch operators' autograd kernel (torch always passes every input, and every parameter with
+# its declared type). ``other`` takes what the planned run does not.
 _OPERATOR = """
 def kernel(keyset, {names}, /, **params):
-    if {plain} and not is_compiling():
-        if not (grad_enabled() and ({wanted})):
-            plan = slot.dispatcher._plans.get(({key}{values}))
-            if plan is not None and not in_mode():
-                return plan.run({names})
+{planned}
     return other(keyset, {names}, **params)
 """
 
-
-# ``torch.ops.tkreg.<op>``'s own __call__ for calls of plain tensors that want no gradient, of a
-# signature already planned (see _take_planned_packet_calls): the autograd kernel's checks, in
-# Python. Inputs come positionally, as many as the op has; anything else is the packet's own call.
+# ``torch.ops.tkreg.<op>``'s own __call__ (see _take_planned_packet_calls). Inputs come
+# positionally, as many as the op has; anything else is the packet's own call.
 _PACKET = """
 def packet_call(self, /, *args, **params):
-    if len(args) == {arity} and not is_compiling():
+    if len(args) == {arity}:
         {names}, = args
-        if {plain} and not (grad_enabled() and ({wanted})):
-            plan = slot.dispatcher._plans.get(({key}{values}))
-            if plan is not None and not in_mode():
-                return plan.run({names})
+{planned}
     return self._op(*args, **params)
 """
+
+
+def _planned_run(names: Sequence[str], params: Any, indent: int) -> str:
+    """:data:`_PLANNED_RUN` for inputs named ``names``, indented to sit in a generated function."""
+    return textwrap.indent(_PLANNED_RUN.format(**_fields(names, params)), " " * indent)
 
 
 def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
@@ -485,7 +491,8 @@ def _operator_call(arity: int, slot: Slot, other: Callable[..., Any]) -> Callabl
     the slot holds at each call (installing another registry swaps it; the schema, and with it the
     parameters, stays)."""
     params = slot.dispatcher.params
-    text = _OPERATOR.format(**_fields([f"t{i}" for i in range(arity)], params))
+    names = [f"t{i}" for i in range(arity)]
+    text = _OPERATOR.format(names=", ".join(names), planned=_planned_run(names, params, 4))
     return keys.generated(text, "kernel", {**_scope(params), "slot": slot, "other": other})
 
 

@@ -24,8 +24,8 @@ def _valid(layer: bool, backward: bool, dtype: torch.dtype = torch.float32) -> d
         "weight": torch.randn(N, generator=g, dtype=dtype),
         "bias": torch.randn(N, dtype=dtype) if layer else None,
         "y": torch.empty(M, N, dtype=dtype),
-        "mean": torch.empty(M) if layer else None,
-        "rstd": torch.rand(M) + 0.5,
+        "mean": torch.empty(M, 1) if layer else None,
+        "rstd": torch.rand(M, 1) + 0.5,
         "eps": 1e-5,
     }
     if backward:
@@ -72,8 +72,9 @@ COMMON = [
     ("weight strided", _set("weight", lambda a: torch.randn(2 * N)[::2]), "weight has stride 2; the kernels need it contiguous"),
     ("weight float64", _set("weight", lambda a: a["weight"].double()), "weight has dtype float64"),
     ("rstd bf16", _set("rstd", lambda a: a["rstd"].bfloat16()), "rstd has dtype bfloat16; supported: float32"),
-    ("rstd too long", _set("rstd", lambda a: torch.ones(M + 1)), "rstd has 7 elements; expected one per row (6)"),
-    ("rstd strided", _set("rstd", lambda a: torch.ones(2 * M)[::2]), "rstd has stride 2; the kernels need it contiguous"),
+    ("rstd too long", _set("rstd", lambda a: torch.ones(M + 1, 1)), "rstd has shape (7, 1); expected one per row (6, 1)"),
+    ("rstd 1-D", _set("rstd", lambda a: torch.ones(M)), "rstd must be 2-D, got shape (6,)"),
+    ("rstd strided", _set("rstd", lambda a: torch.ones(2 * M, 1)[::2]), "rstd has row stride 2; the kernels need it contiguous"),
 ]
 FORWARD = [
     ("y wrong shape", _set("y", lambda a: torch.empty(M, N + 1)), "y has shape (6, 41); expected (6, 40)"),
@@ -91,7 +92,7 @@ BACKWARD = [
 ]
 LAYER = [
     ("bias too long", _set("bias", lambda a: torch.randn(N + 1)), "bias has 41 elements; expected one per column (40)"),
-    ("mean float16", _set("mean", lambda a: torch.empty(M, dtype=torch.float16)), "mean has dtype float16"),
+    ("mean float16", _set("mean", lambda a: torch.empty(M, 1, dtype=torch.float16)), "mean has dtype float16"),
 ]
 LAYER_BACKWARD = [("grad_bias too short", _set("grad_bias", lambda a: torch.empty(N - 1)), "grad_bias has 39 elements")]
 KINDS = [("rms_norm", False, False), ("layer_norm", True, False), ("rms_norm_bwd", False, True), ("layer_norm_bwd", True, True)]

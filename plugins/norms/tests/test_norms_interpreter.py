@@ -90,7 +90,7 @@ def _launch(layer: bool, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | Non
     from tkreg_norms import launch
 
     m = x.shape[0]
-    stats = tuple(torch.full((m,), float("nan")) for _ in range(2 if layer else 1))
+    stats = tuple(torch.full((m, 1), float("nan")) for _ in range(2 if layer else 1))
     out = (torch.full(x.shape, float("nan"), dtype=x.dtype), *stats)
     if layer:
         return launch.layer_norm_forward(x, w, b, out=out, eps=eps, **config)
@@ -213,7 +213,7 @@ def strided_outputs_and_gradients() -> list[str]:
         for config in ({}, SMALL_BLOCKS):
             x, w, b = torch.randn(5, 300, generator=g), torch.randn(300, generator=g), torch.randn(300, generator=g)
             y_buf = torch.zeros(5, 310)
-            out = (y_buf[:, 3:303], *(torch.empty(5) for _ in range(2 if layer else 1)))
+            out = (y_buf[:, 3:303], *(torch.empty(5, 1) for _ in range(2 if layer else 1)))
             if layer:
                 launch.layer_norm_forward(x, w, b, out=out, eps=1e-5, **config)
             else:

@@ -25,8 +25,8 @@ def test_rms_norm_reference_matches_torch_values_and_gradients(shape: tuple[int,
     y, rstd = op.rms_norm_reference(x, w, eps=eps)
     want = F.rms_norm(x, (shape[-1],), w, eps)
     torch.testing.assert_close(y, want, **EXACT)
-    torch.testing.assert_close(rstd, 1 / torch.sqrt(x.detach().pow(2).mean(-1) + eps), **EXACT)
-    assert rstd.shape == shape[:-1]
+    torch.testing.assert_close(rstd, 1 / torch.sqrt(x.detach().pow(2).mean(-1, keepdim=True) + eps), **EXACT)
+    assert rstd.shape == (*shape[:-1], 1)
     dy = _float64(*shape, seed=3)
     got = torch.autograd.grad(y, (x, w), dy)
     torch.testing.assert_close(got, torch.autograd.grad(want, (x, w), dy), **EXACT)
@@ -40,7 +40,7 @@ def test_layer_norm_reference_matches_torch_values_and_gradients(shape: tuple[in
     y, mean, rstd = op.layer_norm_reference(x, w, b, eps=eps)
     want = F.layer_norm(x, (shape[-1],), w, b, eps)
     torch.testing.assert_close(y, want, **EXACT)
-    var, mu = torch.var_mean(x.detach(), dim=-1, unbiased=False)
+    var, mu = torch.var_mean(x.detach(), dim=-1, unbiased=False, keepdim=True)
     torch.testing.assert_close(mean, mu, **EXACT)
     torch.testing.assert_close(rstd, 1 / torch.sqrt(var + eps), **EXACT)
     dy = _float64(*shape, seed=3)
@@ -73,18 +73,18 @@ def test_outputs_are_y_like_x_and_fp32_statistics() -> None:
     x = torch.randn(4, 10, dtype=torch.bfloat16)[:, :7]
     y, rstd = op.rms_norm_outputs(x, torch.empty(7))
     assert (y.shape, y.dtype, y.is_contiguous()) == ((4, 7), torch.bfloat16, True)
-    assert (rstd.shape, rstd.dtype) == ((4,), torch.float32)
+    assert (rstd.shape, rstd.dtype) == ((4, 1), torch.float32)  # as torch.native_layer_norm keeps them
     y, mean, rstd = op.layer_norm_outputs(x, torch.empty(7), torch.empty(7))
-    assert mean.shape == rstd.shape == (4,) and mean.dtype == torch.float32
+    assert mean.shape == rstd.shape == (4, 1) and mean.dtype == torch.float32
 
 
 def test_peers_fill_y_without_a_copy_and_return_new_outputs_for_autograd() -> None:
     x, w, b = torch.randn(5, 32), torch.randn(32), torch.randn(32)
-    out = (torch.full((5, 32), float("nan")), torch.full((5,), -1.0))
+    out = (torch.full((5, 32), float("nan")), torch.full((5, 1), -1.0))
     assert op.rms_norm_peer(x, w, out=out, eps=1e-6) is out
     torch.testing.assert_close(out[0], F.rms_norm(x, (32,), w, 1e-6), rtol=0, atol=0)
     assert torch.all(out[1] == -1)  # rstd is the kernels' own output
-    out3 = (torch.empty(5, 32), torch.empty(5), torch.empty(5))
+    out3 = (torch.empty(5, 32), torch.empty(5, 1), torch.empty(5, 1))
     op.layer_norm_peer(x, w, b, out=out3, eps=1e-5)
     torch.testing.assert_close(out3[0], F.layer_norm(x, (32,), w, b, 1e-5), rtol=0, atol=0)
     leaf = x.clone().requires_grad_()
@@ -98,7 +98,7 @@ def test_the_torch_compile_rival_compiles_each_signature_for_its_static_shape() 
     before = len(op._COMPILED)
     (y,) = op.rms_norm_compiled(x, w, eps=1e-6)
     torch.testing.assert_close(y, F.rms_norm(x, (64,), w, 1e-6))
-    out = (torch.empty(4, 64), torch.empty(4), torch.empty(4))
+    out = (torch.empty(4, 64), torch.empty(4, 1), torch.empty(4, 1))
     assert op.layer_norm_compiled(x, w, b, out=out, eps=1e-5) is out
     torch.testing.assert_close(out[0], F.layer_norm(x, (64,), w, b, 1e-5))
     op.rms_norm_compiled(x, w, eps=1e-6)  # the same signature: compiled once

@@ -60,14 +60,14 @@ def vector_reasons(t: Any, name: str, n: int, dtype: str | None = None) -> list[
 
 
 def stat_reasons(t: Any, name: str, m: int) -> list[str]:
-    """A per-row statistic (mean, rstd): fp32, M elements, contiguous."""
-    reasons = tensor_reasons(t, name, rank=1, dtypes_allowed=(STATS_DTYPE,))
+    """A per-row statistic (mean, rstd): fp32, (M, 1), contiguous."""
+    reasons = tensor_reasons(t, name, rank=2, dtypes_allowed=(STATS_DTYPE,))
     if reasons:
         return reasons
-    if t.shape[0] != m:
-        reasons.append(f"{name} has {t.shape[0]} elements; expected one per row ({m})")
+    if tuple(t.shape) != (m, 1):
+        reasons.append(f"{name} has shape {tuple(t.shape)}; expected one per row ({m}, 1)")
     elif m > 1 and t.stride(0) != 1:
-        reasons.append(f"{name} has stride {t.stride(0)}; the kernels need it contiguous")
+        reasons.append(f"{name} has row stride {t.stride(0)}; the kernels need it contiguous")
     return reasons
 
 

@@ -48,7 +48,7 @@ def _plain_rows(x: Any, w: Any, y: Any, rstd: Any) -> tuple[int, int, int, int, 
     """(M, N, x's row stride, y's row stride, device index) when x, w, y and rstd plainly pass
     their full checks (checks.forward_reasons): plain tensors on one fast device, 2-D x and y of
     one shape and a float dtype with unit column stride, y's rows not overlapping, a contiguous
-    float weight of N, a contiguous fp32 rstd of M. None: run the full checks."""
+    float weight of N, a contiguous fp32 rstd of (M, 1). None: run the full checks."""
     if type(x) is not _TENSOR or type(y) is not _TENSOR or type(rstd) is not _TENSOR or type(w) not in _PLAIN:
         return None
     shape = x.shape
@@ -57,7 +57,7 @@ def _plain_rows(x: Any, w: Any, y: Any, rstd: Any) -> tuple[int, int, int, int, 
     m, n = shape
     dtype = x.dtype
     if (not m or not n or n > checks.MAX_N or dtype not in _FLOATS or y.dtype is not dtype or rstd.dtype is not _F32
-            or w.dtype not in _FLOATS or y.shape != shape or w.shape != (n,) or rstd.shape != (m,)
+            or w.dtype not in _FLOATS or y.shape != shape or w.shape != (n,) or rstd.shape != (m, 1)
             or not w.is_contiguous() or not rstd.is_contiguous()):
         return None
     sx, cx = x.stride()
@@ -73,7 +73,7 @@ def _plain_rows(x: Any, w: Any, y: Any, rstd: Any) -> tuple[int, int, int, int, 
 def _plain_layer(b: Any, mean: Any, m: int, n: int, device: int) -> bool:
     """The bias and mean of layer_norm plainly pass their checks (the rest passed _plain_rows)."""
     return (type(b) in _PLAIN and type(mean) is _TENSOR and b.dtype in _FLOATS and mean.dtype is _F32
-            and b.shape == (n,) and mean.shape == (m,) and b.is_contiguous() and mean.is_contiguous()
+            and b.shape == (n,) and mean.shape == (m, 1) and b.is_contiguous() and mean.is_contiguous()
             and b.get_device() == device and mean.get_device() == device)
 
 

@@ -216,6 +216,14 @@ def test_suite_tables_read_the_suites_rows() -> None:
     text = dispatch_table(dispatch)
     assert "| 2-layer MLP training step, 2048 tokens | 2300.0 | 2277.0 | 0.990 |" in text
     assert "| layer_norm forward and backward, 4096x4096 | 110.0 | 99.0 | 0.900 |" in text and "rms_norm" not in text
+    cold = [(False, "peer", 30.0, 20.0, 50.0, 20.0), (False, "add_triton", 3000.0, 20.0, 30.0, 20.0),
+            (True, "peer", 30.0, 20.0, 30.0, 20.0)]  # fmt: skip
+    dispatch = {"summary": {"seed": 1}, "rows": [
+        {"check": "cold", "warmed": w, "runs": runs, "first_us": f, "warm_us": warm, "torch_first_us": tf, "torch_warm_us": tw,
+         "timing_calls": 0} for w, runs, f, warm, tf, tw in cold]}  # fmt: skip
+    text = dispatch_table(dispatch)
+    assert "1 shapes a kernel runs: first call 150.0x a warm call (median; 150.0x to 150x; within 2x on 0)" in text
+    assert "which took 2.5x its warm call (median; 1.5x to 2x; within 2x on 1 of 2)" in text
 
 
 def test_an_older_run_shows_each_launchers_pick_without_its_configuration_sweep() -> None:

@@ -111,6 +111,11 @@ def measure(deadline: Deadline) -> Measured:
             summary[f"{prefix}_within_2x"] = sum(x <= 2.0 for x in ratios)
             summary[f"{prefix}_calls"] = len(ratios)
             summary[f"{prefix}_timing_calls"] = sum(r.get("timing_calls", 0) for r in cold)
+            # the same test of torch's own first call of each shape, just before tkreg's
+            peer_ratios = [r["torch_first_us"] / r["torch_warm_us"] for r in cold if r.get("torch_warm_us")]
+            if peer_ratios:
+                summary[f"{prefix}_torch_within_2x"] = sum(x <= 2.0 for x in peer_ratios)
+                summary[f"{prefix}_torch_calls"] = len(peer_ratios)
     notes = (f"pick: tkreg.ops against the fastest of every kernel (own choice and tuning configs) and the peer on random "
              f"shapes (seed {seed}), wall time per call as queued back to back (CUDA events, launch included), median of "
              f"interleaved rounds; pass where the fastest other takes >= {PICK_WITHIN} of tkreg.ops' time (ratio); "

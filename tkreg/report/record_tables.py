@@ -441,9 +441,10 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
     torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
                           if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
     if torch_ratios:
+        within = sum(x <= 2.0 for x in torch_ratios)
         said.append(f"Each tkreg first call came after the peer's own first call of the shape, which took "
                     f"{_median(torch_ratios):.1f}x its warm call (median; {torch_ratios[0]:.1f}x to "
-                    f"{torch_ratios[-1]:.0f}x).")  # fmt: skip
+                    f"{torch_ratios[-1]:.0f}x; within 2x on {within} of {len(torch_ratios)}).")  # fmt: skip
     return " ".join(said)
 
 

@@ -414,39 +414,95 @@ def test_a_compiled_call_traces_the_full_peer_of_an_op_with_outputs_of_its_own(
         tkreg.ops.uninstall()
 
 
+def _rms_gradient_call(formula: bool, through_peer: bool) -> None:
+    """A call that wants a gradient after the bucket's forward was tuned (the kernel won): the
+    peer's own call where ``through_peer``, else the kernel's, then the backward kernel or the
+    formula; right gradients either way, and calls that want none still run the kernel."""
+    import tkreg.ops
+    from tests.ops_support import CALLS, calls, rms_reference
+
+    x = torch.randn(2, 3, 16, device=DEVICE, requires_grad=True)
+    w = torch.randn(16, device=DEVICE, requires_grad=True)
+    tkreg.ops.toy_rms_norm(x.detach(), w.detach())  # tunes the bucket: the kernel wins
+    CALLS.clear()
+    y = tkreg.ops.toy_rms_norm(x, w)
+    assert x.grad is None and w.grad is None  # timing trained on copies
+    assert type(y.grad_fn).__name__.startswith("tkreg_") is not through_peer
+    CALLS.clear()  # what timing ran, if anything
+    y.sum().backward()
+    backward = "rms_formula" if formula else "rms_backward_torch"
+    assert bool(calls(backward)) is not through_peer
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    rms_reference(x64, w64)[0].sum().backward()
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(w.grad.double(), w64.grad, atol=1e-4, rtol=1e-4)
+    CALLS.clear()
+    tkreg.ops.toy_rms_norm(x.detach(), w.detach())
+    assert calls("rms_torch") and not calls("rms_peer")
+
+
 @pytest.mark.parametrize("formula", [False, True], ids=["backward-kernel", "formula"])
-@pytest.mark.parametrize(("peer_ms", "through_peer"), [(0.020, True), (0.100, False)], ids=["lead-10us", "lead-90us"])
-def test_a_call_that_wants_a_gradient_is_the_peers_own_where_the_kernel_leads_by_little(
-    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, peer_ms: float, through_peer: bool, formula: bool
+@pytest.mark.parametrize(("steps_ms", "through_peer"), [((0.050, 0.080), True), ((0.080, 0.050), False)],
+                         ids=["peer-trains-faster", "kernel-trains-faster"])
+def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, steps_ms: tuple[float, float], through_peer: bool, formula: bool
 ) -> None:
-    """The kernel won the forward by 10 us (under AUTOGRAD_LEAD_US): a call that wants a gradient
-    is the peer's own, as torch code would make it; by 90 us it runs the kernel, and the backward
-    kernel or the op's formula after it. Calls that want none run the kernel either way."""
+    """The first call of a kernel's bucket that wants a gradient times a forward and a backward
+    each way (the peer's own call; the kernel, then its backward kernel or the formula) and takes
+    the faster, whatever the forward alone said; a later process reads the choice and times
+    nothing."""
     import functools
 
     import tkreg.ops
-    from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
+
+    peer_step, kernel_step = steps_ms
+    timed: list[str] = []
+
+    def clock(call: Any, n: int) -> float:
+        name = getattr(call, "__name__", "")
+        timed.append(name)
+        by_name = {"by_peer": peer_step, "by_kernel": kernel_step}
+        if name in by_name:
+            call()  # a step runs: on copies, whose gradients the caller never sees
+        return (by_name.get(name) or (0.100 if isinstance(call, functools.partial) else 0.010)) * n
+
+    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    kernels = (RMS_FORWARD,) if formula else (RMS_FORWARD, RMS_BACKWARD)
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))
+        _rms_gradient_call(formula, through_peer)  # the kernel led the forward by 90 us
+        assert "by_peer" in timed and "by_kernel" in timed
+        timed.clear()
+        tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))  # a new process's
+        _rms_gradient_call(formula, through_peer)
+        assert timed == []
+    finally:
+        tkreg.ops.uninstall()
+
+
+@pytest.mark.parametrize("formula", [False, True], ids=["backward-kernel", "formula"])
+@pytest.mark.parametrize(("peer_ms", "through_peer"), [(0.020, True), (0.100, False)], ids=["lead-10us", "lead-90us"])
+def test_without_a_training_choice_the_forwards_lead_decides(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, peer_ms: float, through_peer: bool, formula: bool
+) -> None:
+    """With tuning off when the first call that wants a gradient comes, the training choice is not
+    timed: where the kernel won the forward by 10 us (under AUTOGRAD_LEAD_US) such a call is the
+    peer's own, as torch code would make it; by 90 us it runs the kernel, and the backward kernel
+    or the op's formula after it."""
+    import functools
+
+    import tkreg.ops
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
 
     monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (peer_ms if isinstance(call, functools.partial) else 0.010) * n)
-    x = torch.randn(2, 3, 16, device=DEVICE, requires_grad=True)
-    w = torch.randn(16, device=DEVICE, requires_grad=True)
+    kernels = (RMS_FORWARD,) if formula else (RMS_FORWARD, RMS_BACKWARD)
     try:
-        kernels = (RMS_FORWARD,) if formula else (RMS_FORWARD, RMS_BACKWARD)
         tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))
-        tkreg.ops.toy_rms_norm(x.detach(), w.detach())  # tunes the bucket: the kernel wins
-        CALLS.clear()
-        y = tkreg.ops.toy_rms_norm(x, w)
-        assert type(y.grad_fn).__name__.startswith("tkreg_") is not through_peer
-        y.sum().backward()
-        backward = "rms_formula" if formula else "rms_backward_torch"
-        assert bool(calls("rms_torch")) is not through_peer and bool(calls(backward)) is not through_peer
-        x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-        rms_reference(x64, w64)[0].sum().backward()
-        torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(w.grad.double(), w64.grad, atol=1e-4, rtol=1e-4)
-        CALLS.clear()
-        tkreg.ops.toy_rms_norm(x.detach(), w.detach())
-        assert calls("rms_torch") and not calls("rms_peer")
+        x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+        tkreg.ops.toy_rms_norm(x, w)  # tunes the forward's bucket
+        monkeypatch.setenv(tuning.ENV_TUNE, "0")
+        _rms_gradient_call(formula, through_peer)
     finally:
         tkreg.ops.uninstall()
 

@@ -11,6 +11,7 @@ stands: the prior (ranking by the plugin's shipped measurements, else priority a
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from .tuning import PEER, Candidate, Choice, Tuner, TuningCache
 
 MAX_TUNE_CONFIGS = 6  # configs of one kernel timed besides its launcher's own choice
 ALIGN = 16  # bytes: the alignment a kernel's checks ask of a base address (TMA's); part of a bucket
+TRAINING = "training"  # a bucket's training choice is kept under the bucket with this qualifier
+
+log = logging.getLogger("tkreg.ops")
 
 
 @dataclass
@@ -216,6 +220,31 @@ class Chooser:
         """The bucket's choice where one is made or cached (never times)."""
         bucket = self.bucket(kernel_inputs, params)
         return None if bucket is None else self.tuner(device).known(bucket)
+
+    def training(
+        self, kernel_inputs: Sequence[Any], params: dict[str, Any], device: int,
+        steps: Callable[[], dict[Candidate, Callable[[], Any]] | None] | None,
+    ) -> Choice | None:
+        """The bucket's training choice: the peer, or the kernel's way (its forward, then its
+        backward kernel or formula), each timed as a forward and a backward by the calls
+        ``steps()`` makes, where tuning may time and nobody has; None where there is none."""
+        bucket = self.bucket(kernel_inputs, params)
+        if bucket is None:
+            return None
+        key = f"{bucket}|{TRAINING}"
+        tuner = self.tuner(device)
+        choice = tuner.known(key)
+        if choice is not None or steps is None or not tuning.enabled() or _capturing_or_tracing():
+            return choice
+        try:
+            candidates = steps()
+        except Exception as e:  # no room for copies of the inputs, say: the prior rule decides
+            log.debug("tkreg.ops.%s: the training choice was not timed (%s: %s)", self.op.name, type(e).__name__, e)
+            return None
+        if not candidates:
+            return None
+        shape = "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
+        return tuner.choose(key, candidates, shape, _device_name(device))
 
     def environment(self, device: int) -> dict[str, str]:
         """What a choice holds for: the GPU, the driver, and the versions of everything that runs."""

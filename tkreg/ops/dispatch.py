@@ -41,7 +41,7 @@ from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
 from .gradients import BackwardPlan
-from .tuning import PEER
+from .tuning import PEER, Candidate
 
 log = logging.getLogger("tkreg.ops")
 
@@ -62,10 +62,10 @@ COMPILED_MARGIN = 1.10
 OPAQUE_CALL_US = 10.0
 # A call that wants a gradient through the op's autograd.Function costs the host about 120 us more
 # than the peer's own autograd over the forward and its backward (a layer norm at 4096x4096 bf16 on
-# an H200 host, 2026-11-26: 17 us forward, about 100 backward). Where the kernel's measured forward
-# lead over the peer is under a third of that (its backward, kernel or formula, taken to lead by
-# at most twice as much), such a call is the peer's own: training at launch-bound sizes runs at
-# torch's speed.
+# an H200 host, 2026-11-26: 17 us forward, about 100 backward). Where a bucket's training choice
+# is not measured (tuning off, a capture), a kernel's measured forward lead over the peer under a
+# third of that (its backward, kernel or formula, taken to lead by at most twice as much) makes
+# such a call the peer's own: training at launch-bound sizes runs at torch's speed.
 AUTOGRAD_LEAD_US = 40.0
 
 
@@ -176,11 +176,14 @@ class Dispatcher:
         values = self.params.values(params) if params else self.params.defaults
         return self.planned(inputs, values).run(*inputs)  # type: ignore[misc]
 
-    def through_peer_autograd(self, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+    def through_peer_autograd(
+        self, inputs: Sequence[Any], params: dict[str, Any], differentiable: Callable[..., Any] | None = None
+    ) -> Any:
         """The outputs callers get, for a call that wants a gradient, where these inputs run the
-        peer (it was measured faster, or no kernel takes them), or a kernel that leads the peer
-        by less than AUTOGRAD_LEAD_US: the peer's own call, so that torch's autograd records
-        torch's own backward, which costs the host a fraction of the op's autograd.Function.
+        peer (it was measured faster, or no kernel takes them), or where training through the
+        peer is the faster for a kernel's plan (:meth:`_peer_for_gradients`; ``differentiable``
+        is the op's autograd.Function call, ``differentiable(*inputs, params)``, which that
+        times): the peer's own call, so that torch's autograd records torch's own backward.
         NOT_TAKEN where that does not hold: the autograd.Function takes the call (a kernel's
         forward, then its backward kernel or the formula, which may call tkreg.ops again)."""
         op = self.op
@@ -196,7 +199,7 @@ class Dispatcher:
             if plan.autograd_decided:
                 return NOT_TAKEN
             plan.autograd_decided = True
-            instead = self._peer_for_gradients(plan, inputs)
+            instead = self._peer_for_gradients(plan, inputs, differentiable)
             if instead is None:
                 return NOT_TAKEN
             import torch
@@ -224,19 +227,22 @@ class Dispatcher:
         plan.gradient_call = plan.returned  # as the first call left it
         return got
 
-    def _peer_for_gradients(self, plan: Plan, inputs: Sequence[Any]) -> Callable[..., Any] | None:
+    def _peer_for_gradients(
+        self, plan: Plan, inputs: Sequence[Any], differentiable: Callable[..., Any] | None = None
+    ) -> Callable[..., Any] | None:
         """The peer's own call (the outputs callers get) for calls of a kernel's plan that want a
-        gradient, where the bucket's measured choice puts the kernel ahead of the peer by less than
-        AUTOGRAD_LEAD_US; None otherwise (no measurement, or a lead worth the Python backward)."""
+        gradient, where training through it is the faster: the bucket's training choice, a
+        forward and a backward each way timed on copies of the inputs (:meth:`_training_steps`),
+        made now where tuning may time and nobody has. Without one (tuning off, a capture, no
+        ``differentiable`` to time), where the forward's measured choice puts the kernel ahead
+        by less than AUTOGRAD_LEAD_US. None otherwise: the kernel's way."""
         device = self.chooser.device(inputs)
         view = plan.view
         if device is None or view is None:
             return None
-        choice = self.chooser.known(view.inputs(inputs), plan.params, device)
+        kernel_inputs = view.inputs(inputs)
+        choice = self.chooser.known(kernel_inputs, plan.params, device)
         if choice is None:
-            return None
-        peer_us, winner_us = choice.times_us.get(PEER), choice.times_us.get(choice.winner)
-        if not (isinstance(peer_us, float) and isinstance(winner_us, float)) or peer_us - winner_us >= AUTOGRAD_LEAD_US:
             return None
         functional, count, returned = self._functional_peer(plan.params), len(self.op.outputs), self.returned
         pick = self.pick
@@ -247,7 +253,69 @@ class Dispatcher:
                 return got[0] if count == 1 else (got if pick is None else pick(got))
             return got[0] if len(returned) == 1 else tuple(got)
 
+        steps = None
+        if differentiable is not None:
+            kernel = plan.launchers[0][0]
+
+            def steps() -> dict[Candidate, Callable[[], None]] | None:
+                return self._training_steps(plan, inputs, peer_call, differentiable, kernel)
+
+        training = self.chooser.training(kernel_inputs, plan.params, device, steps)
+        if training is not None:
+            return peer_call if training.winner == PEER else None
+        peer_us, winner_us = choice.times_us.get(PEER), choice.times_us.get(choice.winner)
+        if not (isinstance(peer_us, float) and isinstance(winner_us, float)) or peer_us - winner_us >= AUTOGRAD_LEAD_US:
+            return None
         return peer_call
+
+    def _training_steps(
+        self, plan: Plan, inputs: Sequence[Any], peer_call: Callable[..., Any], differentiable: Callable[..., Any],
+        kernel: str,
+    ) -> dict[Candidate, Callable[[], None]] | None:
+        """A forward and a backward of each way a call that wants a gradient can go, as a training
+        step makes them: the peer's own call with torch's backward, and the op's
+        autograd.Function (the kernel, then its backward kernel or formula). They run on copies of
+        the inputs of the same signature (so the plan is this one and nothing is planned inside
+        the timing), wanting the same gradients, and write into the copies' .grad only. None
+        where no buffer can give the signature."""
+        import torch
+
+        from .warming import inputs_of
+
+        if plan.key is None:
+            return None
+        copies = inputs_of(plan.key, bool(self.params.names), torch.cuda.device_count())
+        if copies is None:
+            return None
+        with torch.no_grad():
+            for copy, t in zip(copies, inputs):
+                copy.copy_(t)
+        for copy, t in zip(copies, inputs):
+            copy.requires_grad_(bool(getattr(t, "requires_grad", False)))
+        wanting = [c for c in copies if c.requires_grad]
+        kept = [j for j, i in enumerate(self.returned) if self.op.outputs[i].differentiable]
+        params, pick = plan.params, self.pick
+        upstream: list[Any] = []
+
+        def backward(got: Any) -> None:
+            outs = as_tuple(got)
+            chosen = [outs[j] for j in kept if outs[j].requires_grad]
+            if not upstream:
+                upstream.extend(torch.randn_like(o) for o in chosen)
+            torch.autograd.backward(chosen, upstream)
+
+        def by_peer() -> None:
+            for t in wanting:
+                t.grad = None
+            backward(peer_call(*copies))
+
+        def by_kernel() -> None:
+            for t in wanting:
+                t.grad = None
+            got = differentiable(*copies, params)
+            backward(got if pick is None else pick(got))
+
+        return {Candidate(None): by_peer, Candidate(kernel): by_kernel}
 
     def planned(self, inputs: Sequence[Any], values: tuple[Any, ...]) -> Plan:
         """The plan of these inputs and parameter values, made (and kept) if new."""

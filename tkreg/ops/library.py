@@ -354,7 +354,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
                 if params:
                     check_params(params)  # the op's own message for a bad parameter, not the schema's
                 if way == DIFFERENTIABLE and differentiable is not None:
-                    got = through_peer(inputs, params)  # the outputs callers get, where the peer runs
+                    got = through_peer(inputs, params, differentiable)  # the outputs callers get, where the peer runs
                     if got is not NOT_TAKEN:
                         return got
                     got = differentiable(*inputs, params)

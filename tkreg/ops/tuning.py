@@ -321,7 +321,9 @@ class Tuner:
         self.op = op
         self.cache = cache
         self._memory: dict[str, Choice] = {}
-        self._lock = threading.Lock()
+        # re-entrant: timing a training step may call the op again (a backward formula's
+        # products), whose new buckets this thread then times first
+        self._lock = threading.RLock()
 
     def known(self, bucket: str) -> Choice | None:
         choice = self._memory.get(bucket)

@@ -473,6 +473,9 @@ def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
         tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))
         _rms_gradient_call(formula, through_peer)  # the kernel led the forward by 90 us
         assert "by_peer" in timed and "by_kernel" in timed
+        said = tkreg.ops.explain("toy_rms_norm", torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE))
+        way = "the peer's own call" if through_peer else "and its backward"
+        assert "A call that wants a gradient makes" in said and way in said and "|training" in said, said
         timed.clear()
         tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))  # a new process's
         _rms_gradient_call(formula, through_peer)

@@ -956,8 +956,18 @@ class Dispatcher:
         return outs if self.several else outs[0]
 
     def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:
-        """What a call with these inputs does and why (no launch)."""
-        return self.plan(inputs, self.params.values(params or {}), tune=False).describe(self.op.name)
+        """What a call with these inputs does and why (no launch); where a kernel runs them and
+        the bucket's training choice is made, what a call that wants a gradient does."""
+        plan = self.plan(inputs, self.params.values(params or {}), tune=False)
+        text = plan.describe(self.op.name)
+        device = self.chooser.device(inputs)
+        if not plan.launchers or plan.view is None or device is None:
+            return text
+        training = self.chooser.training(plan.view.inputs(inputs), plan.params, device, None)
+        if training is None:
+            return text
+        way = "the peer's own call" if training.winner == PEER else f"{plan.launchers[0][0]} and its backward"
+        return f"{text}. A call that wants a gradient makes {way}: {training.describe()}"
 
 
 def _allocator(layout: OutputLayout) -> Callable[[], Any]:

@@ -484,6 +484,49 @@ def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
         tkreg.ops.uninstall()
 
 
+def test_timing_a_training_step_lets_its_backward_call_the_op_from_another_thread(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU, autograd runs a backward on its device thread. A formula that calls the op there
+    (as matmul's backward products do), on a bucket nobody has timed, times it in that thread:
+    the training timing that runs the formula must not hold the op's tuning lock meanwhile."""
+    import functools
+    import threading
+
+    import tkreg.ops
+    from tests import ops_support
+    from tests.ops_support import RMS_FORWARD, RmsPlugin
+
+    formula = ops_support.rms_formula
+    waited: list[bool] = []
+
+    def formula_calling_the_op_elsewhere(inputs: Any, outputs: Any, grad_outputs: Any, eps: float) -> Any:
+        if not waited:
+            other = (torch.randn(5, 40, device=DEVICE), torch.randn(40, device=DEVICE))  # another bucket
+            worker = threading.Thread(target=lambda: tkreg.ops.toy_rms_norm(*other))
+            worker.start()
+            worker.join(timeout=10)
+            waited.append(worker.is_alive())
+        return formula(inputs, outputs, grad_outputs, eps)
+
+    def clock(call: Any, n: int) -> float:
+        if getattr(call, "__name__", "") in ("by_peer", "by_kernel"):
+            call()
+            return 0.050 * n
+        return (0.100 if isinstance(call, functools.partial) else 0.010) * n
+
+    monkeypatch.setattr(ops_support, "rms_formula", formula_calling_the_op_elsewhere)
+    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, peer_y_only=True, formula=True)))
+        x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+        tkreg.ops.toy_rms_norm(x, w)  # the forward's bucket: the kernel wins
+        tkreg.ops.toy_rms_norm(x.requires_grad_(), w)  # times the training step, whose formula calls the op
+        assert waited == [False]  # the other thread's call finished
+    finally:
+        tkreg.ops.uninstall()
+
+
 @pytest.mark.parametrize("formula", [False, True], ids=["backward-kernel", "formula"])
 @pytest.mark.parametrize(("peer_ms", "through_peer"), [(0.020, True), (0.100, False)], ids=["lead-10us", "lead-90us"])
 def test_without_a_training_choice_the_forwards_lead_decides(

@@ -244,7 +244,7 @@ class Chooser:
         if not candidates:
             return None
         shape = "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
-        return tuner.choose(key, candidates, shape, _device_name(device))
+        return tuner.choose(key, candidates, shape, _device_name(device), exclusive=False)
 
     def environment(self, device: int) -> dict[str, str]:
         """What a choice holds for: the GPU, the driver, and the versions of everything that runs."""

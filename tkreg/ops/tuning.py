@@ -321,9 +321,7 @@ class Tuner:
         self.op = op
         self.cache = cache
         self._memory: dict[str, Choice] = {}
-        # re-entrant: timing a training step may call the op again (a backward formula's
-        # products), whose new buckets this thread then times first
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
 
     def known(self, bucket: str) -> Choice | None:
         choice = self._memory.get(bucket)
@@ -334,31 +332,42 @@ class Tuner:
         return choice
 
     def choose(self, bucket: str, candidates: Mapping[Candidate, Callable[[], Any]], shape: str, device: str,
-               clock: Any = None) -> Choice | None:
-        """The bucket's choice, timing the candidates if nobody has; None if none could be timed."""
+               clock: Any = None, exclusive: bool = True) -> Choice | None:
+        """The bucket's choice, timing the candidates if nobody has; None if none could be timed.
+        ``exclusive``: time under the op's lock, so concurrent first calls of a bucket time it
+        once. A training step is timed without it (``exclusive=False``): its backward may run
+        on autograd's device thread and call the op again (a formula's products), whose new
+        buckets that thread then times; two threads may then both time one bucket, and the later
+        write stands."""
         choice = self.known(bucket)
         if choice is not None:
             return choice
+        if not exclusive:
+            return self._timed(bucket, candidates, shape, device, clock)
         with self._lock:
             choice = self.known(bucket)
             if choice is not None:
                 return choice
-            by_label = {c.label: c for c in candidates}
-            host: dict[str, float] = {}
-            times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host)
-            winner = fastest(times, host)
-            if winner is None:
-                return None
-            picked = by_label[winner]
-            choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape,
-                            host_us={k: round(v, 2) for k, v in host.items()})
-            self._memory[bucket] = choice
-            if self.cache is not None:
-                try:
-                    self.cache.put(self.op, choice)
-                except OSError:  # a read-only home: the choice still holds for this process
-                    pass
-            return choice
+            return self._timed(bucket, candidates, shape, device, clock)
+
+    def _timed(self, bucket: str, candidates: Mapping[Candidate, Callable[[], Any]], shape: str, device: str,
+               clock: Any) -> Choice | None:
+        by_label = {c.label: c for c in candidates}
+        host: dict[str, float] = {}
+        times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host)
+        winner = fastest(times, host)
+        if winner is None:
+            return None
+        picked = by_label[winner]
+        choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape,
+                        host_us={k: round(v, 2) for k, v in host.items()})
+        self._memory[bucket] = choice
+        if self.cache is not None:
+            try:
+                self.cache.put(self.op, choice)
+            except OSError:  # a read-only home: the choice still holds for this process
+                pass
+        return choice
 
     def forget(self) -> None:
         self._memory.clear()

@@ -195,7 +195,7 @@ def test_tkreg_tune_has_help_and_says_it_needs_a_gpu(tmp_path: Path) -> None:
     import sys
 
     helped = subprocess.run([sys.executable, "-m", "tkreg.cli", "tune", "--help"], capture_output=True, text=True, timeout=120)
-    assert helped.returncode == 0 and "--model CONFIG.json" in helped.stdout
+    assert helped.returncode == 0 and "--model CONFIG.json" in helped.stdout and "--training" in helped.stdout
     if torch.cuda.is_available():
         return
     refused = subprocess.run([sys.executable, "-m", "tkreg.cli", "tune", "matmul", "--shape", "M=16,N=64,K=64"],
@@ -480,6 +480,34 @@ def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
         tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))  # a new process's
         _rms_gradient_call(formula, through_peer)
         assert timed == []
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_tune_with_training_times_and_reports_the_training_choice(one_gpu: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tkreg tune --training calls each shape again wanting a gradient: where a kernel runs the
+    forward, the bucket's training choice is timed, cached and said; without it, nothing is."""
+    import functools
+
+    import tkreg.ops
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
+    from tkreg.ops.tune import _tuned
+
+    def clock(call: Any, n: int) -> float:
+        steps = {"by_peer": 0.050, "by_kernel": 0.080}
+        return (steps.get(getattr(call, "__name__", "")) or (0.100 if isinstance(call, functools.partial) else 0.010)) * n
+
+    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
+        call, dispatcher = tkreg.ops.get("toy_rms_norm"), tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
+        inputs = (torch.randn(6, 16, device=DEVICE), torch.randn(16, device=DEVICE))
+        plain = _tuned("toy_rms_norm", dispatcher, call, inputs, {}, "6x16")
+        assert plain.choice is not None and plain.choice.winner == "rms_torch" and plain.training is None
+        tuned = _tuned("toy_rms_norm", dispatcher, call, inputs, {}, "6x16", training=True)
+        assert tuned.training is not None and tuned.training.winner == "peer" and tuned.training.bucket.endswith("|training")
+        assert "; training: peer 50.0 us a step, 1.60x the other way (tuning)" in tuned.describe()
+        assert not any(t.requires_grad for t in inputs)  # the caller's inputs are left as they were
     finally:
         tkreg.ops.uninstall()
 

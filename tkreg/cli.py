@@ -309,13 +309,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         if args.model:
             tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else None
-            results = tune_model(read_config(args.model), op=args.op, tokens=tokens, dtype=args.dtype)
+            results = tune_model(read_config(args.model), op=args.op, tokens=tokens, dtype=args.dtype, training=args.training)
         else:
             if not args.op or not args.shape:
                 print("tkreg: error: give an op and --shape M=..,N=.. (repeatable), or --model CONFIG.json", file=sys.stderr)
                 return EXIT_USAGE
             shapes = [_dims(text) for text in args.shape]
-            results = tune(args.op, shapes, dtype=args.dtype, variant=args.variant)
+            results = tune(args.op, shapes, dtype=args.dtype, variant=args.variant, training=args.training)
     except TkregError as e:
         print(f"tkreg: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -386,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     add("--model", metavar="CONFIG.json", help="a Hugging Face style config: tune its q/k/v/o and MLP projections")
     add("--tokens", metavar="LIST", help="token counts for --model, e.g. 1,16,128 (default: 1,16,128,1024,4096)")
     add("--dtype", default="bfloat16", help="element type of the inputs (default: bfloat16)")
+    add("--training", action="store_true", help="also time each shape's training choice: where a kernel runs the forward, "
+        "a forward and a backward through the peer against the same through the kernel and its backward")
     args = parser.parse_args(argv)
     try:
         if args.command == "tune":

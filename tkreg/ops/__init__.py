@@ -108,18 +108,22 @@ def explain(op: str, *inputs: Any, **params: Any) -> str:
     return _installed["dispatchers"][op].describe(inputs, params)
 
 
-def tune(op: str, shapes: Any, dtype: str = "bfloat16", variant: str = "", params: Any = None) -> Any:
-    """Fill the tuning cache for ``op`` on inputs of each shape (see :mod:`tkreg.ops.tune`)."""
+def tune(op: str, shapes: Any, dtype: str = "bfloat16", variant: str = "", params: Any = None,
+         training: bool = False) -> Any:
+    """Fill the tuning cache for ``op`` on inputs of each shape, with ``training`` its training
+    choices too (see :mod:`tkreg.ops.tune`)."""
     from .tune import tune as run
 
-    return run(op, shapes, dtype, variant, params)
+    return run(op, shapes, dtype, variant, params, training)
 
 
-def tune_model(config: Any, op: str | None = None, tokens: Any = None, dtype: str = "bfloat16") -> Any:
-    """Fill the tuning cache for a model's linear layers (see :mod:`tkreg.ops.tune`)."""
+def tune_model(config: Any, op: str | None = None, tokens: Any = None, dtype: str = "bfloat16",
+               training: bool = False) -> Any:
+    """Fill the tuning cache for a model's linear layers, with ``training`` their training
+    choices too (see :mod:`tkreg.ops.tune`)."""
     from .tune import tune_model as run
 
-    return run(config, op, tokens, dtype)
+    return run(config, op, tokens, dtype, training)
 
 
 def warm(ops: Any = None) -> dict[str, int]:

@@ -4,6 +4,9 @@ Each shape is called once through tkreg.ops on fresh inputs made by the op's own
 (``Op.make_inputs`` with a case of those dims), or, for a model, as nn.Linear calls it: x (M, K)
 times the transposed view of a weight stored (N, K). The call tunes its bucket where nobody has;
 the result says what was chosen, from where, and by how much it beats the peer and the runner-up.
+With ``training``, each shape is called again with the inputs the op differentiates wanting a
+gradient, which times the bucket's training choice where a kernel runs the forward (a forward and
+a backward each way; see docs/ops.md, Autograd).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Tuned:
     shape: str
     choice: Choice | None
     note: str = ""
+    training: Choice | None = None  # the bucket's training choice, where one was made
 
     def describe(self) -> str:
         if self.choice is None:
@@ -44,13 +48,28 @@ class Tuned:
             if others:
                 parts.append(f"{others[0] / best:.2f}x the runner-up")
         parts.append(f"({c.source})")
-        return " ".join(parts)
+        text = " ".join(parts)
+        if self.training is not None:
+            text += "; training: " + _lead(self.training)
+        return text
+
+
+def _lead(choice: Choice) -> str:
+    """"peer 369.9 us a step, 1.77x the other way (tuning)"."""
+    times = {k: v for k, v in choice.times_us.items() if isinstance(v, float)}
+    best = times.get(choice.winner)
+    others = sorted(v for k, v in times.items() if k != choice.winner)
+    text = choice.winner + (f" {best:.1f} us a step" if best else "")
+    if best and others:
+        text += f", {others[0] / best:.2f}x the other way"
+    return f"{text} ({choice.source})"
 
 
 def tune(op: str, shapes: Sequence[Mapping[str, int]], dtype: str = "bfloat16", variant: str = "",
-         params: Mapping[str, Any] | None = None) -> list[Tuned]:
+         params: Mapping[str, Any] | None = None, training: bool = False) -> list[Tuned]:
     """Tune ``op`` on inputs of each shape (dims as the op's cases name them, e.g. M, N, K),
-    made by the op's input factory with case ``variant``; returns what was chosen."""
+    made by the op's input factory with case ``variant`` (and, with ``training``, its training
+    choice); returns what was chosen."""
     import torch
 
     import tkreg.ops
@@ -65,14 +84,15 @@ def tune(op: str, shapes: Sequence[Mapping[str, int]], dtype: str = "bfloat16", 
         generator = torch.Generator(device="cuda").manual_seed(0)
         case = Case(dims=dict(dims), variant=variant)
         inputs = factory(case, dtypes.torch_dtype(dtype), generator, "cuda")
-        results.append(_tuned(op, dispatcher, call, tuple(inputs), dict(params or {}), case.id))
+        results.append(_tuned(op, dispatcher, call, tuple(inputs), dict(params or {}), case.id, training))
     return results
 
 
 def tune_model(config: Mapping[str, Any], op: str | None = None, tokens: Sequence[int] | None = None,
-               dtype: str = "bfloat16") -> list[Tuned]:
+               dtype: str = "bfloat16", training: bool = False) -> list[Tuned]:
     """Tune the linear layers of a model (a Hugging Face style config) at each token count, as
-    nn.Linear calls them, through ``op`` (default: the one op whose contract is linear)."""
+    nn.Linear calls them, through ``op`` (default: the one op whose contract is linear); with
+    ``training``, their training choices too."""
     import torch
 
     import tkreg.ops
@@ -87,21 +107,29 @@ def tune_model(config: Mapping[str, Any], op: str | None = None, tokens: Sequenc
     for shape in shapes:
         x = torch.randn(shape.M, shape.K, device="cuda", dtype=kind)
         weight = torch.randn(shape.N, shape.K, device="cuda", dtype=kind)
-        results.append(_tuned(name, dispatcher, call, (x, weight.t()), {}, shape.describe()))
+        results.append(_tuned(name, dispatcher, call, (x, weight.t()), {}, shape.describe(), training))
     return results
 
 
-def _tuned(op: str, dispatcher: Any, call: Any, inputs: tuple[Any, ...], params: dict[str, Any], label: str) -> Tuned:
+def _tuned(op: str, dispatcher: Any, call: Any, inputs: tuple[Any, ...], params: dict[str, Any], label: str,
+           training: bool = False) -> Tuned:
     import torch
 
     call(*inputs, **params)
+    if training and dispatcher.op.grads:
+        wanting = [t.detach().requires_grad_(i in dispatcher.grad_index and t.is_floating_point())
+                   for i, t in enumerate(inputs)]  # fmt: skip
+        call(*wanting, **params)  # a call that wants a gradient: times the training choice
     torch.cuda.synchronize()
     plan = dispatcher.plan(inputs, dispatcher.params.values(params), tune=False)
     view = dispatcher.form.kernel_view(inputs)
-    choice = None
+    choice = trained = None
     if not isinstance(view, str):
-        choice = dispatcher.chooser.known(view.inputs(inputs), plan.params, dispatcher.chooser.device(inputs))
-    return Tuned(op, label, choice, "" if choice is not None else plan.describe(op))
+        device = dispatcher.chooser.device(inputs)
+        choice = dispatcher.chooser.known(view.inputs(inputs), plan.params, device)
+        if training and choice is not None:
+            trained = dispatcher.chooser.training(view.inputs(inputs), plan.params, device, None)
+    return Tuned(op, label, choice, "" if choice is not None else plan.describe(op), trained)
 
 
 def _linear_op() -> str:

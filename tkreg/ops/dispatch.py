@@ -128,8 +128,9 @@ class Plan:
     # the peer runs as torch code calls it (out=None), so torch's autograd records its own backward
     autograd_peer: bool = False
     # what a call that wants a gradient makes, once a first such call found it the peer's own (the
-    # peer runs these inputs, or the kernel leads by less than AUTOGRAD_LEAD_US; tkreg.ops' fast
-    # path calls it too); None until then, or where the op's autograd.Function takes such calls
+    # peer runs these inputs, or training through it was timed the faster, or without that timing
+    # the kernel leads by less than AUTOGRAD_LEAD_US; tkreg.ops' fast path calls it too); None
+    # until then, or where the op's autograd.Function takes such calls
     gradient_call: Callable[..., Any] | None = None
     autograd_decided: bool = False  # a kernel's plan: whether gradient_call was decided
 

@@ -414,6 +414,26 @@ def test_a_compiled_call_traces_the_full_peer_of_an_op_with_outputs_of_its_own(
         tkreg.ops.uninstall()
 
 
+def step_clock(peer_step: float, kernel_step: float, timed: list[str] | None = None) -> Any:
+    """A simulated clock (ms per call) for training choices: the training steps by_peer and
+    by_kernel take what is given (and run once each time, on their copies), the peer's forward
+    (a partial) 0.100 and a kernel's 0.010; ``timed`` collects the name of every call timed."""
+    import functools
+
+    steps = {"by_peer": peer_step, "by_kernel": kernel_step}
+
+    def clock(call: Any, n: int) -> float:
+        name = getattr(call, "__name__", "")
+        if timed is not None:
+            timed.append(name)
+        if name in steps:
+            call()  # a step runs: on copies, whose gradients the caller never sees
+            return steps[name] * n
+        return (0.100 if isinstance(call, functools.partial) else 0.010) * n
+
+    return clock
+
+
 def _rms_gradient_call(formula: bool, through_peer: bool) -> None:
     """A call that wants a gradient after the bucket's forward was tuned (the kernel won): the
     peer's own call where ``through_peer``, else the kernel's, then the backward kernel or the
@@ -451,23 +471,11 @@ def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
     each way (the peer's own call; the kernel, then its backward kernel or the formula) and takes
     the faster, whatever the forward alone said; a later process reads the choice and times
     nothing."""
-    import functools
-
     import tkreg.ops
     from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
 
-    peer_step, kernel_step = steps_ms
     timed: list[str] = []
-
-    def clock(call: Any, n: int) -> float:
-        name = getattr(call, "__name__", "")
-        timed.append(name)
-        by_name = {"by_peer": peer_step, "by_kernel": kernel_step}
-        if name in by_name:
-            call()  # a step runs: on copies, whose gradients the caller never sees
-        return (by_name.get(name) or (0.100 if isinstance(call, functools.partial) else 0.010)) * n
-
-    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    monkeypatch.setattr(tuning, "_cuda_clock", step_clock(*steps_ms, timed))
     kernels = (RMS_FORWARD,) if formula else (RMS_FORWARD, RMS_BACKWARD)
     try:
         tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))
@@ -487,17 +495,11 @@ def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
 def test_tune_with_training_times_and_reports_the_training_choice(one_gpu: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tkreg tune --training calls each shape again wanting a gradient: where a kernel runs the
     forward, the bucket's training choice is timed, cached and said; without it, nothing is."""
-    import functools
-
     import tkreg.ops
     from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
     from tkreg.ops.tune import _tuned
 
-    def clock(call: Any, n: int) -> float:
-        steps = {"by_peer": 0.050, "by_kernel": 0.080}
-        return (steps.get(getattr(call, "__name__", "")) or (0.100 if isinstance(call, functools.partial) else 0.010)) * n
-
-    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    monkeypatch.setattr(tuning, "_cuda_clock", step_clock(0.050, 0.080))
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
         call, dispatcher = tkreg.ops.get("toy_rms_norm"), tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
@@ -518,7 +520,6 @@ def test_timing_a_training_step_lets_its_backward_call_the_op_from_another_threa
     """On a GPU, autograd runs a backward on its device thread. A formula that calls the op there
     (as matmul's backward products do), on a bucket nobody has timed, times it in that thread:
     the training timing that runs the formula must not hold the op's tuning lock meanwhile."""
-    import functools
     import threading
 
     import tkreg.ops
@@ -537,14 +538,8 @@ def test_timing_a_training_step_lets_its_backward_call_the_op_from_another_threa
             waited.append(worker.is_alive())
         return formula(inputs, outputs, grad_outputs, eps)
 
-    def clock(call: Any, n: int) -> float:
-        if getattr(call, "__name__", "") in ("by_peer", "by_kernel"):
-            call()
-            return 0.050 * n
-        return (0.100 if isinstance(call, functools.partial) else 0.010) * n
-
     monkeypatch.setattr(ops_support, "rms_formula", formula_calling_the_op_elsewhere)
-    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    monkeypatch.setattr(tuning, "_cuda_clock", step_clock(0.050, 0.050))
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, peer_y_only=True, formula=True)))
         x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)

@@ -104,7 +104,7 @@ class Chooser:
                 return Decision(prior.launchers, f"{prior.why} (prior: the bucket {bucket} is not measured on this GPU; "
                                 f"a call with tuning on times {labels})", "prior")
             candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params, named)
-            shape = "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
+            shape = _shapes(kernel_inputs)
             choice = tuner.choose(bucket, candidates, shape, _device_name(device))
             if choice is None:
                 return Decision(prior.launchers, f"{prior.why} (prior: no candidate could be timed)", "prior")
@@ -243,7 +243,7 @@ class Chooser:
             return None
         if not candidates:
             return None
-        shape = "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
+        shape = _shapes(kernel_inputs)
         return tuner.choose(key, candidates, shape, _device_name(device), exclusive=False)
 
     def environment(self, device: int) -> dict[str, str]:
@@ -297,6 +297,11 @@ def _environment(device: int, plugins: str) -> tuple[tuple[str, str], ...]:
         ("tkreg", installed_version("tkreg") or ""),
         ("plugins", plugins),
     )
+
+
+def _shapes(kernel_inputs: Sequence[Any]) -> str:
+    """The shape a choice was measured on, as it names it: "16x4096; 4096x4096"."""
+    return "; ".join("x".join(str(s) for s in t.shape) for t in kernel_inputs if hasattr(t, "shape"))
 
 
 @functools.lru_cache(maxsize=16)

@@ -256,11 +256,7 @@ class Dispatcher:
 
         steps = None
         if differentiable is not None:
-            kernel = plan.launchers[0][0]
-
-            def steps() -> dict[Candidate, Callable[[], None]] | None:
-                return self._training_steps(plan, inputs, peer_call, differentiable, kernel)
-
+            steps = functools.partial(self._training_steps, plan, inputs, peer_call, differentiable, plan.launchers[0][0])
         training = self.chooser.training(kernel_inputs, plan.params, device, steps)
         if training is not None:
             return peer_call if training.winner == PEER else None

@@ -36,17 +36,15 @@ class Tuned:
         if self.choice is None:
             return f"{self.op} {self.shape}: {self.note or 'nothing to choose'}"
         c = self.choice
-        times = {k: v for k, v in c.times_us.items() if isinstance(v, float)}
-        best = times.get(c.winner)
+        times, best, runner_up = _times(c)
         parts = [f"{self.op} {self.shape}: {c.winner}"]
         if best:
             parts.append(f"{best:.1f} us")
             peer = times.get(PEER)
             if peer and c.winner != PEER:
                 parts.append(f"{peer / best:.2f}x the peer")
-            others = sorted(v for k, v in times.items() if k != c.winner)
-            if others:
-                parts.append(f"{others[0] / best:.2f}x the runner-up")
+            if runner_up:
+                parts.append(f"{runner_up / best:.2f}x the runner-up")
         parts.append(f"({c.source})")
         text = " ".join(parts)
         if self.training is not None:
@@ -54,14 +52,19 @@ class Tuned:
         return text
 
 
+def _times(choice: Choice) -> tuple[dict[str, float], float | None, float | None]:
+    """A choice's timed candidates (us), the winner's time, and the next fastest's."""
+    times = {k: v for k, v in choice.times_us.items() if isinstance(v, float)}
+    others = sorted(v for k, v in times.items() if k != choice.winner)
+    return times, times.get(choice.winner), others[0] if others else None
+
+
 def _lead(choice: Choice) -> str:
     """"peer 369.9 us a step, 1.77x the other way (tuning)"."""
-    times = {k: v for k, v in choice.times_us.items() if isinstance(v, float)}
-    best = times.get(choice.winner)
-    others = sorted(v for k, v in times.items() if k != choice.winner)
+    _, best, other = _times(choice)
     text = choice.winner + (f" {best:.1f} us a step" if best else "")
-    if best and others:
-        text += f", {others[0] / best:.2f}x the other way"
+    if best and other:
+        text += f", {other / best:.2f}x the other way"
     return f"{text} ({choice.source})"
 
 
@@ -125,10 +128,10 @@ def _tuned(op: str, dispatcher: Any, call: Any, inputs: tuple[Any, ...], params:
     view = dispatcher.form.kernel_view(inputs)
     choice = trained = None
     if not isinstance(view, str):
-        device = dispatcher.chooser.device(inputs)
-        choice = dispatcher.chooser.known(view.inputs(inputs), plan.params, device)
+        device, kernel_inputs = dispatcher.chooser.device(inputs), view.inputs(inputs)
+        choice = dispatcher.chooser.known(kernel_inputs, plan.params, device)
         if training and choice is not None:
-            trained = dispatcher.chooser.training(view.inputs(inputs), plan.params, device, None)
+            trained = dispatcher.chooser.training(kernel_inputs, plan.params, device, None)
     return Tuned(op, label, choice, "" if choice is not None else plan.describe(op), trained)
 
 

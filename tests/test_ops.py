@@ -63,6 +63,36 @@ def test_add_any_rank_is_exact(ops: Any, device: str, shape: tuple[int, ...], dt
     assert "calls its peer" not in _calls(ops, "add", a, b)  # a kernel took them
 
 
+def _fresh(first: Any, call: int) -> Any:
+    return same_alignment_as(first, seed=100 + call)  # one signature: the same alignment class too
+
+
+@pytest.mark.parametrize("op", ["add", "sum_row", "matmul"])
+def test_every_call_of_a_signature_computes_its_own_inputs(ops: Any, device: str, op: str) -> None:
+    """From a plan's third call a kernel declared replay=True runs its recorded launches on the
+    call's tensors (tkreg.ops.replaying): each call's result is of its own inputs, in a new output."""
+    firsts = {"add": (randn(33, 65, dtype=torch.float32, device=device, seed=3),) * 2,
+              "sum_row": (randn(33, 65, dtype=torch.float32, device=device, seed=3),),
+              "matmul": (randn(40, 72, dtype=torch.float16, device=device, seed=3),
+                         randn(72, 24, dtype=torch.float16, device=device, seed=4))}[op]  # fmt: skip
+    outputs = []
+    for call in range(5):
+        inputs = tuple(_fresh(t, 2 * call + i) for i, t in enumerate(firsts))
+        got = getattr(ops, op)(*inputs)
+        assert all(got.data_ptr() != o.data_ptr() for o in outputs)
+        outputs.append(got)
+        if op == "add":
+            assert torch.equal(got, _exact_sum(*inputs))
+        elif op == "sum_row":
+            assert_sum_close(got, inputs[0])
+        else:
+            assert_matmul_close(got, inputs[0].double() @ inputs[1].double(), k=72)
+    text = _calls(ops, op, *inputs)
+    assert "calls its peer" not in text
+    if device == "cuda":  # under the interpreter launches take triton's ordinary path: nothing to record
+        assert "recorded launch(es) are replayed" in text
+
+
 def test_add_views_go_to_kernels_without_copies(ops: Any, device: str) -> None:
     base = randn(40, 70, dtype=torch.float32, device=device, seed=3)
     padded = base[:, 3:68]  # rows inside wider rows

@@ -32,7 +32,7 @@ def toy_slow(x: Any, y: Any, out: Any) -> Any:
 
 
 def fake_clock(call: Any, n: int) -> float:
-    target = getattr(call, "launch", None) or getattr(call, "func", call)
+    target = getattr(call, "launcher", None) or getattr(call, "func", call)
     label = {toy_fast: "toy_fast", toy_slow: "toy_slow"}.get(target, "peer")
     TIMED.append(label)
     return SPEED[label] * n

@@ -16,7 +16,7 @@ from typing import Any
 from ..core import refs
 from ..core.dtypes import SHORT_NAMES
 from ..core.registry import Registry
-from ..core.specs import Case, Op
+from ..core.specs import Case, Kernel, Op
 from ..testing import harness
 
 Call = Callable[[], Any]
@@ -98,6 +98,24 @@ def launcher_call(op: Op, launcher: Callable[..., Any], inputs: tuple[Any, ...],
     allocate = refs.resolve(op.make_output)
     sizes = harness.accepted(allocate, params)
     return lambda: launcher(*inputs, out=allocate(*inputs, **sizes), **params)
+
+
+def kernel_call(op: Op, kernel: Kernel, launcher: Callable[..., Any], inputs: tuple[Any, ...]) -> Call:
+    """A kernel as tkreg.ops runs it: a new output per call (the op's make_output), and for a
+    kernel that declares replay its second call recorded and later ones replayed
+    (tkreg.ops.replaying); other kernels as launcher_call makes them."""
+    if not kernel.replay or kernel.backward:
+        return launcher_call(op, launcher, inputs)
+    from ..ops.forms import as_tuple
+    from ..ops.replaying import RecordedCall
+
+    params = op.defaults
+    allocate = refs.resolve(op.make_output)
+    sizes = harness.accepted(allocate, params)
+    several = len(op.outputs) > 1
+    return RecordedCall(lambda outs: launcher(*inputs, out=outs if several else outs[0], **params),
+                        lambda: as_tuple(allocate(*inputs, **sizes)), inputs,
+                        (lambda outs: outs) if several else (lambda outs: outs[0]), replayable=True)
 
 
 def allocates(launcher: Callable[..., Any]) -> bool:

@@ -37,7 +37,7 @@ from ..core import refs
 from ..core.loading import default_registry
 from ..core.registry import Registry
 from ..core.specs import Op
-from .calls import Signature, geomean, launcher_call, make_inputs, peer_call, say
+from .calls import Signature, geomean, kernel_call, make_inputs, peer_call, say
 from .suites import Deadline, Measured
 
 PICK_WITHIN = 0.95  # tkreg.ops passes where the fastest other candidate takes at least this share of its time
@@ -208,7 +208,8 @@ def _chosen(op: str, inputs: tuple[Any, ...]) -> str:
 
 def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
     """Every way to run the inputs as a Python caller would, each allocating its output: every
-    kernel the registry finds for them (own choice and tuning configs) and the peer."""
+    kernel the registry finds for them (own choice and tuning configs), as tkreg.ops runs it
+    (replayed where it declares replay), and the peer."""
     from ..ops.choosing import Chooser
 
     found: dict[str, Callable[[], Any]] = {}
@@ -218,7 +219,7 @@ def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str
         launcher = kernel.load()
         for config in Chooser.tune_configs(kernel, inputs, op.defaults):
             label = kernel.name if not config else kernel.name + "[" + ",".join(f"{k}={v}" for k, v in config.items()) + "]"
-            found[label] = launcher_call(op, functools.partial(launcher, **config), inputs)
+            found[label] = kernel_call(op, kernel, functools.partial(launcher, **config), inputs)
     peer = peer_call(op, inputs, None)  # as torch code calls it
     if peer is not None:
         found["peer"] = peer

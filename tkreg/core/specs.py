@@ -495,6 +495,12 @@ class Kernel:
     other input it changes fails its tests. ``tune_configs``: the configs tkreg.ops times beside
     the launcher's own choice when it tunes a call: a tuple, or a function
     ``(*kernel_inputs, **params) -> configs`` (a few plausible ones for those inputs).
+    ``replay=True`` declares that for calls of one signature (every tensor's dtype, shape,
+    strides, device and alignment class, every parameter value) the launcher makes the same
+    launches through tkreg.launch.fastlaunch Launchers, whose only tensors are the call's own
+    (inputs and outputs), and runs no torch operation but views: tkreg.ops then records one call's
+    launches and repeats them for later calls of that signature, without the launcher's Python
+    (tkreg.launch.recording checks what it can see and refuses the rest).
     configs are the parameter combinations tests cover (the first is the default); benchmarks time
     ``bench_configs``, by default ``({},)``: the launcher's own choice, what a user gets.
     ``compile_configs`` (default: ``configs``) are the ones compile items build and check, where
@@ -523,10 +529,13 @@ class Kernel:
     backward: bool = False
     writes: tuple[Writes, ...] = ()
     tune_configs: Ref | tuple[Config, ...] | None = None
+    replay: bool = False
 
     def __post_init__(self) -> None:
         kind = "kernel"
         _check_name(kind, self.name)
+        if not isinstance(self.replay, bool):
+            raise SpecError(kind, self.name, "replay", f"must be True or False, got {self.replay!r}")
         if not isinstance(self.writes, (tuple, list)) or not all(isinstance(w, Writes) for w in self.writes):
             raise SpecError(kind, self.name, "writes", f"must be a tuple of Writes, got {self.writes!r}")
         object.__setattr__(self, "writes", tuple(self.writes))

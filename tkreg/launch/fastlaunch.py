@@ -83,6 +83,8 @@ TRITON_OK = triton.__version__.startswith(SUPPORTED_TRITON)
 _enabled = os.environ.get(ENV_SWITCH, "1") != "0"
 _MISSING = object()
 _ordinary_launches = 0  # launches through kernel[grid](...), by every launcher
+# While tkreg.launch.recording records a call: told of every fast launch (and of ordinary ones).
+_recorder: Any = None
 
 
 def ordinary_launches() -> int:
@@ -312,8 +314,10 @@ class Launcher:
                     entry = None
                 if entry is not None and (not fn.used_global_vals or _globals_unchanged(fn)):
                     tail = self._tail
-                    full = args + tail if tail is not None else self.full_args(args)
-                    entry.launch(grid, _current_stream(device), entry.expand(full))
+                    full = entry.expand(args + tail if tail is not None else self.full_args(args))
+                    entry.launch(grid, _current_stream(device), full)
+                    if _recorder is not None:
+                        _recorder.launched(fn, entry, grid, full, device)
                     return
             self._first_launch(grid, args, device)
             return
@@ -347,6 +351,8 @@ class Launcher:
         global _ordinary_launches
         self.slow_calls += 1
         _ordinary_launches += 1
+        if _recorder is not None:
+            _recorder.refuse(f"a launch of {self.fn} took the ordinary path")
         if len(args) != len(self.runtime_names):
             return self.fn[grid](*args, **self.fixed)  # triton reports the mismatch
         return self.fn[grid](**dict(zip(self.runtime_names, args)), **self.fixed)
@@ -396,6 +402,8 @@ class BoundLaunch:
             device = _current_device()
             if device == self._device:
                 self._entry.launch(grid, _current_stream(device), self._flat)
+                if _recorder is not None:
+                    _recorder.launched(fn, self._entry, grid, self._flat, device)
                 return
         self.launcher(grid, *self.args)
         if self.immutable and fn is not None:

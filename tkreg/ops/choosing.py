@@ -24,6 +24,7 @@ from ..core.specs import Kernel, Op
 from . import tuning
 from .deferred import loaded
 from .forms import Form, OutputLayout, as_tuple
+from .replaying import RecordedCall
 from .tuning import PEER, Candidate, Choice, Tuner, TuningCache
 
 MAX_TUNE_CONFIGS = 6  # configs of one kernel timed besides its launcher's own choice
@@ -159,7 +160,6 @@ class Chooser:
         write only into scratch outputs, in the order they are timed: the peer (nothing to
         compile), each kernel at its launcher's own choice, then the configs kernels offer for
         tuning, so a tuning budget that runs out leaves out the least likely first."""
-        several = len(layouts) > 1
         by_name = {k.name: k for k in kernels}
         calls: dict[Candidate, Callable[[], Any]] = {}
         for candidate in named if named is not None else self.candidate_names(kernels, kernel_inputs, params):
@@ -167,7 +167,9 @@ class Chooser:
                 calls[candidate] = self._peer_call(inputs, layouts, params)
             else:
                 launch = loaded(launcher(by_name[candidate.kernel]))  # timed now: imported now
-                calls[candidate] = _KernelCall(launch, kernel_inputs, layouts, several, {**params, **dict(candidate.config)})
+                kernel = by_name[candidate.kernel]
+                calls[candidate] = kernel_call(launch, kernel_inputs, layouts, {**params, **dict(candidate.config)},
+                                               kernel.replay and not kernel.backward)
         return calls
 
     def _peer_call(self, inputs: Sequence[Any], layouts: Sequence[OutputLayout], params: dict[str, Any]) -> Callable[[], Any]:
@@ -256,18 +258,19 @@ class Chooser:
             tuner.forget()
 
 
-class _KernelCall:
+def kernel_call(launch: Callable[..., Any], kernel_inputs: Sequence[Any], layouts: Sequence[OutputLayout],
+                keywords: dict[str, Any], replayable: bool) -> RecordedCall:
     """A kernel as a plan calls it: new outputs each call (viewed as the kernel sees them), so the
-    allocation a caller pays is timed too. Timing writes into these, never the caller's tensors."""
+    allocation a caller pays is timed too, and recorded launches replayed where the kernel lets
+    them be. Timing writes into these outputs, never the caller's tensors."""
+    several = len(layouts) > 1
 
-    def __init__(self, launch: Callable[..., Any], kernel_inputs: Sequence[Any], layouts: Sequence[OutputLayout],
-                 several: bool, keywords: dict[str, Any]) -> None:
-        self.launch, self.kernel_inputs, self.layouts = launch, kernel_inputs, layouts
-        self.several, self.keywords = several, keywords
+    def launch_into(outs: tuple[Any, ...]) -> Any:
+        views = tuple([layout.kernel(o) for layout, o in zip(layouts, outs)])
+        return launch(*kernel_inputs, out=views if several else views[0], **keywords)
 
-    def __call__(self) -> Any:
-        outs = tuple(layout.kernel(layout.empty()) for layout in self.layouts)
-        return self.launch(*self.kernel_inputs, out=outs if self.several else outs[0], **self.keywords)
+    return RecordedCall(launch_into, lambda: tuple([layout.empty() for layout in layouts]), kernel_inputs,
+                        (lambda outs: outs) if several else (lambda outs: outs[0]), replayable, launch)
 
 
 def cuda_device(tensors: Sequence[Any]) -> int | None:

@@ -41,6 +41,7 @@ from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
 from .gradients import BackwardPlan
+from .replaying import Replayer
 from .tuning import PEER, Candidate
 
 log = logging.getLogger("tkreg.ops")
@@ -133,6 +134,7 @@ class Plan:
     # until then, or where the op's autograd.Function takes such calls
     gradient_call: Callable[..., Any] | None = None
     autograd_decided: bool = False  # a kernel's plan: whether gradient_call was decided
+    replayer: Replayer | None = None  # a kernel declared replay=True: its launches are recorded (.replaying)
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -170,6 +172,7 @@ class Dispatcher:
         # reads what every op remembers there, so that each other op's first call finds it read
         self.siblings: dict[str, Dispatcher] = {}
         self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
+        self._replayable = frozenset(k.name for k in registry.kernels(op.name) if k.replay and not k.backward)
 
     # -- the hot path -----------------------------------------------------------------------
     def __call__(self, *inputs: Any, **params: Any) -> Any:
@@ -390,15 +393,39 @@ class Dispatcher:
                     return plan.run(*inputs)  # type: ignore[misc]
                 return outs if several else outs[0]
 
-        self._set_run(plan, run)
         where = getattr(inputs[0], "device", None) if inputs else None
-        if getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1:
-            # Triton launches on the current device; inputs on another GPU must run there.
-            def on_their_device(*inputs: Any) -> Any:
-                with torch.cuda.device(where):
-                    return run(*inputs)
+        several_gpus = getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1
 
-            self._set_run(plan, on_their_device)
+        def install(run: Callable[..., Any]) -> None:
+            if several_gpus:
+                # Triton launches on the current device; inputs on another GPU must run there.
+                def on_their_device(*inputs: Any) -> Any:
+                    with torch.cuda.device(where):
+                        return run(*inputs)
+
+                self._set_run(plan, on_their_device)
+            else:
+                self._set_run(plan, run)
+
+        if name.split("[", 1)[0] not in self._replayable:
+            install(run)
+            return
+        allocate = [_allocator(layout) for layout in layouts]
+        kernel_shapes = [layout.kernel_shape for layout in layouts]
+
+        def launch_into(inputs: Sequence[Any], outs: tuple[Any, ...]) -> None:
+            kernel_outs = tuple([o if s is None else o.view(s) for o, s in zip(outs, kernel_shapes)])
+            launch(*to_kernel(inputs), out=kernel_outs if several else kernel_outs[0], **params)
+
+        # A launch takes a kernel input by address: the caller's tensor has the same one as its view.
+        plan.replayer = Replayer(
+            self.op.name, name, install, run,
+            allocate=lambda: tuple([new() for new in allocate]),
+            launch_into=launch_into,
+            tensors_of=(lambda inputs, outs: (*to_kernel(inputs), *outs)) if selects else (lambda inputs, outs: (*inputs, *outs)),
+            result_of=(lambda outs: outs) if several else (lambda outs: outs[0]),
+        )  # fmt: skip
+        install(plan.replayer.first)
 
     # -- deciding ------------------------------------------------------------------------------
     def plan(self, inputs: Sequence[Any], values: tuple[Any, ...] = (), tune: bool = True) -> Plan:
@@ -955,8 +982,13 @@ class Dispatcher:
     def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:
         """What a call with these inputs does and why (no launch); where a kernel runs them and
         the bucket's training choice is made, what a call that wants a gradient does."""
-        plan = self.plan(inputs, self.params.values(params or {}), tune=False)
+        values = self.params.values(params or {})
+        plan = self.plan(inputs, values, tune=False)
         text = plan.describe(self.op.name)
+        kept = self._plans.get(keys.plan_key(inputs, values))
+        first = plan.launchers[0][0] if plan.launchers else None
+        if kept is not None and kept.replayer is not None and kept.launchers and kept.launchers[0][0] == first:
+            text += f". Launches: {kept.replayer.state}"
         device = self.chooser.device(inputs)
         if not plan.launchers or plan.view is None or device is None:
             return text

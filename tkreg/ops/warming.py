@@ -6,8 +6,9 @@ host). A server pays that on its first requests unless something pays it before.
 earlier processes ran from a measured choice is remembered beside the tuning cache
 (:mod:`.remembered`); :func:`warm` replays each one on this process's GPUs: inputs of its exact
 dtypes, shapes, strides and alignment, filled with zeros (valid for any index input), through the
-op's dispatch, which plans it, loads its kernel and launches it once into a fresh output. Later
-calls of those signatures then cost what a warm call costs. Nothing is timed where the cache holds
+op's dispatch, which plans it, loads its kernel and launches it into a fresh output, twice (a
+kernel that lets its launches be replayed has them recorded on the second call). Later calls of
+those signatures then cost what a warm call costs. Nothing is timed where the cache holds
 the bucket's choice, as it does for every remembered signature of this environment.
 """
 
@@ -53,6 +54,7 @@ def warm(dispatchers: dict[str, Any], ops: Iterable[str] | None = None) -> dict[
                         continue
                     params = dict(zip(dispatcher.params.names, key[-1])) if has_params else {}
                     dispatcher(*inputs, **params)
+                    dispatcher(*inputs, **params)  # the second call of a plan records its launches (.replaying)
                 except Exception as e:  # one signature's failure leaves the others warm
                     log.warning("tkreg.ops.warm: %s failed on a remembered signature (%s: %s)", name, type(e).__name__, e)
                     continue

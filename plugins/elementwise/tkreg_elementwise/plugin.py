@@ -84,6 +84,7 @@ ADD_TRITON = Kernel(
     # Below the Gluon TMA kernels where they run (capability 9.0+, TMA-legal inputs), which are
     # faster on large inputs; the only add kernel elsewhere (BENCHMARKS.md).
     priority=20,
+    replay=True,
     description="portable Triton add: any strides, masked tails, 16-byte vector loads when contiguous",
 )
 

@@ -140,6 +140,7 @@ MATMUL_TRITON = Kernel(
     # Compile items: B in both layouts for the default tile; tiles of 64 rows or more (wgmma on sm_90a).
     compile_configs=({**LARGE, "b_layout": "kn"}, {**LARGE, "b_layout": "nk"}, MEDIUM, SMALL),
     priority=0,
+    replay=True,  # one launch on the call's tensors, its tile fixed by the signature
     description="portable tl.dot matmul: masked loads for any shape and strides (16-byte loads where sizes "
     "allow), grouped tile order, software-pipelined (cp.async) on sm_80+, wgmma on sm_90a, tile chosen per shape",
 )

@@ -143,6 +143,9 @@ def _kernel(name: str, op: str, backward: bool, description: str) -> Kernel:
         bench_configs=({},),
         compile_configs=BACKWARD_COMPILE if backward else FORWARD_COMPILE,
         backward=backward,
+        # The forward launches one kernel on the call's tensors; the backward adds a partial-sum
+        # buffer of its own, which a replay cannot renew.
+        replay=not backward,
         description=description,
     )
 

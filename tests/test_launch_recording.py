@@ -1,0 +1,281 @@
+"""tkreg.launch.recording, and tkreg.ops replaying a kernel's recorded launches, on a fake GPU.
+
+The fake GPU (tests.fake_gpu) hands every C launch to a recorder, so a test compares what a
+replay launches with what the launcher itself launched. A replay must launch exactly what the
+launcher would, with the new call's tensors, and a call whose work a replay would not repeat
+(a temporary, a torch operation, a launch outside a Launcher) must not be recorded at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import triton.language as tl
+from triton import knobs
+from triton.runtime.jit import JITFunction
+
+import tkreg
+from tests.fake_gpu import fake_gpu, tensors, without_hooks
+from tests.ops_support import ToyPlugin, choice_by_priority, registry_with, same_alignment_as, toy_kernel
+from tkreg.launch import fastlaunch, recording
+from tkreg.launch.fastlaunch import Launcher
+
+FACTOR = 2  # a global the scaled kernel reads
+
+
+def _add(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+def _scaled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * FACTOR, mask=offs < n)
+
+
+add_kernel = JITFunction(_add)
+scaled_kernel = JITFunction(_scaled)
+ADD = Launcher(add_kernel, BLOCK=128, num_warps=4)
+SCALED = Launcher(scaled_kernel, BLOCK=64, num_warps=2)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    for launcher in (ADD, SCALED):
+        launcher._devices.clear()
+    return fake_gpu(monkeypatch, (add_kernel, scaled_kernel))
+
+
+def two_launches(a: Any, b: Any, c: Any) -> None:
+    """c = a + b, then c scaled into b's place: two kernels, the call's tensors only."""
+    n = a.numel()
+    ADD(((n + 127) // 128,), a, b, c, n)
+    SCALED(((n + 63) // 64,), c, b, n)
+
+
+def test_a_replay_launches_what_the_launcher_did_with_the_new_tensors(gpu):
+    a, b, c = tensors(1000)
+    two_launches(a, b, c)  # first launches: compiled, the Launchers' caches filled
+    gpu.launches.clear()
+    seen = recording.record(lambda: two_launches(a, b, c), (a, b, c))
+    got = seen.recording
+    assert seen.reason == "" and got is not None and len(got) == 2
+    recorded = list(gpu.launches)
+    x, y, z = tensors(1000)
+    two_launches(x, y, z)
+    by_launcher = gpu.launches[2:]
+    gpu.launches.clear()
+    assert got.replay((x, y, z))
+    assert [without_hooks(r) for r in gpu.launches] == [without_hooks(r) for r in by_launcher]
+    assert gpu.launches[0][13:16] == (x, y, z) and gpu.launches[1][13:15] == (z, y)
+    assert recorded[0][13:16] == (a, b, c)  # what was recorded launched the recorded tensors
+    assert not any(isinstance(arg, torch.Tensor) for launch in got.launches for arg in launch.args)  # none kept alive
+
+
+def test_tkreg_ops_records_a_later_call_where_tensors_shared_an_address(gpu, monkeypatch):
+    kernels_on_cpu_tensors(monkeypatch)
+    ops = tkreg.ops
+    ops.install(registry_with(ToyPlugin(toy_kernel("toy_mul_replayed", toy_mul_fake_gpu, priority=50, replay=True))))
+    try:
+        x = torch.randn(4, 8)
+        y = same_alignment_as(x, seed=3)
+        ops.toy_mul(x, x)
+        ops.toy_mul(x, x)  # x twice: which launch argument is which input cannot be told
+        assert "not recorded yet" in ops.explain("toy_mul", x, y)
+        ops.toy_mul(x, y)
+        assert "replayed" in ops.explain("toy_mul", x, y)
+    finally:
+        ops.uninstall()
+
+
+def test_a_view_at_the_same_address_counts_as_the_call_tensor(gpu):
+    a, b, c = tensors(64)
+    two_launches(a.view(8, 8).view(64), b, c)
+    seen = recording.record(lambda: two_launches(a.view(8, 8).view(64), b, c), (a, b, c))
+    assert seen.reason == "" and seen.recording is not None
+
+
+def refused(call: Any, tensors_: Any, again: bool = False) -> str:
+    seen = recording.record(call, tensors_)
+    assert seen.recording is None and seen.again == again
+    return seen.reason
+
+
+def test_a_first_launch_is_not_recorded(gpu):
+    a, b, c = tensors(100)
+    assert "ordinary path" in refused(lambda: two_launches(a, b, c), (a, b, c))
+
+
+def test_a_temporary_tensor_is_refused(gpu):
+    a, b, c = tensors(100)
+    scratch = torch.zeros(100)
+    two_launches(a, b, scratch)
+    assert "not one of the call's" in refused(lambda: two_launches(a, b, scratch), (a, b, c))
+
+
+def test_torch_operations_are_refused(gpu):
+    a, b, c = tensors(100)
+    two_launches(a, b, c)
+
+    def zeroes_first() -> None:
+        c.zero_()
+        two_launches(a, b, c)
+
+    assert "aten.zero_" in refused(zeroes_first, (a, b, c))
+
+
+def test_an_address_passed_as_an_integer_is_refused(gpu):
+    a, b, c = tensors(100)
+    ADD((1,), a, b, c, 100)
+    ADD((1,), a, b, c, c.data_ptr())  # a first launch of that specialization
+    assert "addresses as an integer" in refused(lambda: ADD((1,), a, b, c, c.data_ptr()), (a, b, c))
+
+
+def test_a_launch_outside_a_launcher_is_refused(gpu):
+    a, b, c = tensors(100)
+    two_launches(a, b, c)
+    add_kernel[(1,)](a, b, c, 100, BLOCK=128)
+
+    def also_directly() -> None:
+        two_launches(a, b, c)
+        add_kernel[(1,)](a, b, c, 100, BLOCK=128)
+
+    assert "ordinary path" in refused(also_directly, (a, b, c))
+    assert JITFunction.run is not None and not getattr(JITFunction.run, "__name__", "").startswith("counted")
+
+
+def test_tensors_sharing_an_address_are_refused(gpu):
+    a, b, _ = tensors(100)
+    two_launches(a, a, b)
+    assert "share an address" in refused(lambda: two_launches(a, a, b), (a, a, b), again=True)
+
+
+def test_a_call_that_launches_nothing_is_refused(gpu):
+    a, b, c = tensors(100)
+    assert "launched nothing" in refused(lambda: None, (a, b, c))
+
+
+def recorded(gpu: Any) -> tuple[recording.Recording, list[torch.Tensor]]:
+    a, b, c = tensors(100)
+    two_launches(a, b, c)
+    seen = recording.record(lambda: two_launches(a, b, c), (a, b, c))
+    assert seen.recording is not None, seen.reason
+    gpu.launches.clear()
+    return seen.recording, tensors(100)
+
+
+def test_no_replay_while_a_launch_hook_is_registered(gpu, monkeypatch):
+    got, new = recorded(gpu)
+    seen = []
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: seen.append(metadata))
+    assert not got.replay(new) and gpu.launches == []
+
+
+def test_no_replay_on_another_current_device_or_with_fast_launches_off(gpu, monkeypatch):
+    got, new = recorded(gpu)
+    with fastlaunch.disabled():
+        assert not got.replay(new)
+    monkeypatch.setattr(fastlaunch, "_current_device", lambda: 1)
+    assert not got.replay(new) and gpu.launches == []
+
+
+def test_no_replay_once_a_global_the_kernel_read_changed(gpu, monkeypatch):
+    assert scaled_kernel.cache_key  # records the globals the kernel reads
+    got, new = recorded(gpu)
+    monkeypatch.setitem(globals(), "FACTOR", 3)
+    assert not got.replay(new) and gpu.launches == []
+
+
+# -- tkreg.ops: a kernel declared replay=True --------------------------------------------------------
+LAUNCHER_CALLS: list[int] = []
+
+
+def toy_mul_fake_gpu(x: Any, y: Any, out: Any = None) -> Any:
+    """A launcher of two fake-GPU kernels (the fake computes nothing: the test reads launches)."""
+    LAUNCHER_CALLS.append(1)
+    n = x.numel()
+    ADD(((n + 127) // 128,), x, y, out, n)
+    SCALED(((n + 63) // 64,), out, out, n)
+    return out
+
+
+def kernels_on_cpu_tensors(monkeypatch: Any) -> None:
+    """The toy kernels take CPU tensors (the fake GPU launches), on any machine: the registry
+    runs kernels on CPU tensors only with the interpreter on, and nothing is timed."""
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the registry gives kernels CUDA tensors only, so the fake GPU's CPU tensors go to "
+                    "the peer; tests/test_ops.py checks tkreg.ops' real replays there")
+    choice_by_priority(monkeypatch)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def test_tkreg_ops_replays_a_declared_kernels_launches_from_the_third_call(gpu, monkeypatch):
+    kernels_on_cpu_tensors(monkeypatch)
+    ops = tkreg.ops
+    ops.install(registry_with(ToyPlugin(toy_kernel("toy_mul_replayed", toy_mul_fake_gpu, priority=50, replay=True))))
+    try:
+        x, y = torch.randn(4, 8), torch.randn(4, 8)
+        LAUNCHER_CALLS.clear()
+        ops.toy_mul(x, y)
+        assert "the second is recorded" in ops.explain("toy_mul", x, y)
+        ops.toy_mul(x, y)
+        assert "2 recorded launch(es) are replayed" in ops.explain("toy_mul", x, y)
+        gpu.launches.clear()
+        u, v = same_alignment_as(x, seed=1), same_alignment_as(y, seed=2)  # the same signature
+        got = ops.toy_mul(u, v)
+        assert LAUNCHER_CALLS == [1, 1]  # the third call ran no launcher code
+        (first, second) = gpu.launches
+        assert first[13:16] == (u, v, got) and second[13:15] == (got, got)  # the call's own tensors
+        assert got is not ops.toy_mul(u, v)  # a new output per call
+    finally:
+        ops.uninstall()
+
+
+def test_tkreg_ops_runs_the_launcher_where_the_recording_is_refused(gpu, monkeypatch):
+    kernels_on_cpu_tensors(monkeypatch)
+
+    def with_scratch(x: Any, y: Any, out: Any = None) -> Any:
+        LAUNCHER_CALLS.append(1)
+        scratch = torch.empty_like(out)
+        ADD((1,), x, y, scratch, x.numel())
+        return out
+
+    ops = tkreg.ops
+    ops.install(registry_with(ToyPlugin(toy_kernel("toy_mul_scratch", with_scratch, priority=50, replay=True))))
+    try:
+        x, y = torch.randn(4, 8), torch.randn(4, 8)
+        LAUNCHER_CALLS.clear()
+        for _ in range(4):
+            ops.toy_mul(x, y)
+        assert LAUNCHER_CALLS == [1] * 4
+        assert "cannot be replayed" in ops.explain("toy_mul", x, y)
+    finally:
+        ops.uninstall()
+
+
+def test_replay_must_be_a_bool():
+    with pytest.raises(tkreg.SpecError, match="replay"):
+        toy_kernel("toy_bad", toy_mul_fake_gpu, replay="yes")
+
+
+def test_tuning_times_a_declared_kernel_as_its_plan_calls_it(gpu):
+    """The tuner's kernel calls record their second call and replay it after, so a kernel is
+    timed at what a caller pays for it."""
+    from tkreg.ops.choosing import kernel_call
+    from tkreg.ops.forms import OutputLayout
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    layout = OutputLayout((4, 8), None, torch.float32, x.device)
+    call = kernel_call(toy_mul_fake_gpu, (x, y), (layout,), {}, replayable=True)
+    LAUNCHER_CALLS.clear()
+    outs = [call() for _ in range(4)]
+    assert LAUNCHER_CALLS == [1, 1] and call.recording is not None
+    assert [launch[13:16] for launch in gpu.launches[::2]] == [(x, y, out) for out in outs]
+    plain = kernel_call(toy_mul_fake_gpu, (x, y), (layout,), {}, replayable=False)
+    LAUNCHER_CALLS.clear()
+    for _ in range(3):
+        plain()
+    assert LAUNCHER_CALLS == [1, 1, 1] and plain.recording is None

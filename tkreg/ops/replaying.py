@@ -1,0 +1,124 @@
+"""A kernel plan's run that repeats recorded launches (for kernels declared ``Kernel(replay=True)``).
+
+The first call of a plan runs the launcher: it compiles, and fills the Launchers' caches. The
+second is recorded (:func:`tkreg.launch.recording.record`). From the third on, a call allocates
+its outputs and replays the recording with its own tensors: no launcher checks, no grid or size
+arithmetic, no specialization lookup. Where the recording was refused (the reason is kept for
+``explain``) or a replay is not ready (a launch hook registered since, another current device),
+the launcher runs as before. Nothing here reads a tensor's values or waits for the device, so a
+CUDA-graph capture records the same launches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..core.errors import InputError
+
+log = logging.getLogger("tkreg.ops")
+
+Run = Callable[..., Any]
+# Calls recorded at most where a refusal came from the call (tensors sharing an address, another
+# thread recording), before the launcher takes every call of the signature.
+ATTEMPTS = 8
+
+
+class Replayer:
+    """Builds and swaps a plan's runs: ``install(run)`` gives the plan a run (see
+    Dispatcher._set_run); ``launched`` is the plan's ordinary run; ``allocate()`` makes a call's
+    outputs; ``launch_into(inputs, outs)`` runs the launcher into them; ``tensors_of(inputs,
+    outs)`` gives the tensors a launch may take, in one fixed order; ``result_of(outs)`` is what
+    the run returns."""
+
+    def __init__(
+        self,
+        op: str,
+        kernel: str,
+        install: Callable[[Run], None],
+        launched: Run,
+        allocate: Callable[[], tuple[Any, ...]],
+        launch_into: Callable[[Sequence[Any], tuple[Any, ...]], None],
+        tensors_of: Callable[[Sequence[Any], tuple[Any, ...]], tuple[Any, ...]],
+        result_of: Callable[[tuple[Any, ...]], Any],
+    ) -> None:
+        self.op, self.kernel = op, kernel
+        self.install, self.launched = install, launched
+        self.allocate, self.launch_into, self.tensors_of, self.result_of = allocate, launch_into, tensors_of, result_of
+        self.state = "the launcher runs the first call of a signature; the second is recorded"
+        self.attempts = 0
+
+    def first(self, *inputs: Any) -> Any:
+        """The plan's first run: the launcher; the next call records."""
+        self.install(self.recording)
+        return self.launched(*inputs)
+
+    def recording(self, *inputs: Any) -> Any:
+        from ..launch import recording
+
+        outs = self.allocate()
+        try:
+            seen = recording.record(lambda: self.launch_into(inputs, outs), self.tensors_of(inputs, outs))
+        except InputError:  # the launcher refused: the ordinary run passes the call on and replans
+            self.install(self.launched)
+            self.state = "the launcher runs every call (it refused a call while it was recorded)"
+            return self.launched(*inputs)
+        got = seen.recording
+        if got is not None:
+            self.state = f"its {len(got)} recorded launch(es) are replayed, without the launcher's Python"
+            self.install(self._replaying(got))
+        elif seen.again and self.attempts < ATTEMPTS:
+            self.attempts += 1  # the next call of the signature is recorded instead
+            self.state = f"not recorded yet ({seen.reason})"
+        else:
+            self.state = f"the launcher runs every call: its launches cannot be replayed ({seen.reason})"
+            log.info("tkreg.ops.%s: %s: %s", self.op, self.kernel, self.state)
+            self.install(self.launched)
+        return self.result_of(outs)
+
+    def _replaying(self, got: Any) -> Run:
+        replay, allocate, tensors_of, result_of = got.replay, self.allocate, self.tensors_of, self.result_of
+        launched = self.launched
+
+        def run(*inputs: Any) -> Any:
+            outs = allocate()
+            if replay(tensors_of(inputs, outs)):
+                return result_of(outs)
+            return launched(*inputs)  # not ready now (a launch hook, another device): the launcher
+
+        return run
+
+
+class RecordedCall:
+    """``call()``: a launch on fixed ``inputs`` into new outputs each call (``allocate()``), as a
+    plan's calls make it; the tuner's candidates and the benchmarks' are these. ``launch_into(outs)``
+    launches; ``result_of(outs)`` is what a call returns. Where the kernel declares replay
+    (``replayable``), the second call is recorded and later calls replay it, so a kernel is timed
+    at what tkreg.ops' callers pay for it."""
+
+    __slots__ = ("allocate", "calls", "inputs", "launch_into", "launcher", "recording", "result_of")
+
+    def __init__(self, launch_into: Callable[[tuple[Any, ...]], Any], allocate: Callable[[], tuple[Any, ...]],
+                 inputs: Sequence[Any], result_of: Callable[[tuple[Any, ...]], Any], replayable: bool,
+                 launcher: Any = None) -> None:
+        self.launch_into, self.allocate, self.inputs, self.result_of = launch_into, allocate, tuple(inputs), result_of
+        self.launcher = launcher  # what launch_into calls (for reports and tests)
+        self.calls = 0 if replayable else -1  # -1: never recorded
+        self.recording: Any = None
+
+    def __call__(self) -> Any:
+        outs = self.allocate()
+        recording = self.recording
+        if recording is not None and recording.replay((*self.inputs, *outs)):
+            return self.result_of(outs)
+        if self.calls != 1:
+            if self.calls == 0:
+                self.calls = 1  # the next call is recorded
+            self.launch_into(outs)
+            return self.result_of(outs)
+        from ..launch import recording as recorder
+
+        self.calls = -1  # one recording at most
+        self.recording = recorder.record(lambda: self.launch_into(outs), (*self.inputs, *outs)).recording
+        return self.result_of(outs)

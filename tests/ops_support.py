@@ -25,13 +25,16 @@ def device_or_skip() -> str:
     pytest.skip("needs a GPU, or the Triton interpreter on for the whole process (pytest --tkreg, or TRITON_INTERPRET=1)")
 
 
-def choice_by_priority(monkeypatch: Any, interpreter: bool = True) -> None:
+def choice_by_priority(monkeypatch: Any, cache: Any, interpreter: bool = True) -> None:
     """What these tests assume of a plan: kernels in the registry's priority order, nothing timed.
-    On a GPU that means tuning off and no shipped wall-time data (whose estimates put torch first
-    at these small sizes); without one, the registry runs kernels on CPU tensors only with the
-    Triton interpreter on, so (``interpreter``) say it is on: the toy kernels are torch code."""
+    On a GPU that means tuning off, a tuning cache of the test's own (``cache``, an empty folder:
+    choices earlier runs on this machine measured must not decide) and no shipped wall-time data
+    (whose estimates put torch first at these small sizes); without one, the registry runs kernels
+    on CPU tensors only with the Triton interpreter on, so (``interpreter``) say it is on: the toy
+    kernels are torch code."""
     import torch
 
+    monkeypatch.setenv("TKREG_CACHE_DIR", str(cache))
     if torch.cuda.is_available():
         monkeypatch.setenv("TKREG_TUNE", "0")
         monkeypatch.setattr("tkreg.ops.walltime.for_platform", lambda platform, op: None)

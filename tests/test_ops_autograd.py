@@ -38,8 +38,8 @@ ops = pytest.fixture(installed_ops)
 
 
 @pytest.fixture(autouse=True)
-def kernels_by_priority(monkeypatch: pytest.MonkeyPatch) -> None:
-    choice_by_priority(monkeypatch)
+def kernels_by_priority(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    choice_by_priority(monkeypatch, tmp_path)
 
 
 def _leaf(*shape: int, dtype: Any, device: str, seed: int) -> Any:

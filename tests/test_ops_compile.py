@@ -29,8 +29,8 @@ ops = pytest.fixture(installed_ops)
 
 
 @pytest.fixture(autouse=True)
-def kernels_by_priority(monkeypatch: pytest.MonkeyPatch) -> None:
-    choice_by_priority(monkeypatch, interpreter=False)  # the interpreter is on for the whole process or not at all
+def kernels_by_priority(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    choice_by_priority(monkeypatch, tmp_path, interpreter=False)  # the interpreter is on for the whole process or not at all
 
 TMA_CHECKS = "tkreg.launch.inputs:tma_inputs_reasons"
 

@@ -37,8 +37,8 @@ from tests.ops_support import (  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def kernels_by_priority(monkeypatch: pytest.MonkeyPatch) -> None:
-    choice_by_priority(monkeypatch)
+def kernels_by_priority(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    choice_by_priority(monkeypatch, tmp_path)
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

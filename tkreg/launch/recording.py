@@ -79,16 +79,19 @@ class Recording:
         return True
 
     def replay(self, tensors: Sequence[Any]) -> bool:
-        """Launch the recorded launches with ``tensors`` (in the order :func:`record` got them) in
-        place of the recorded ones, on the current stream; False, launching nothing, where
-        :meth:`ready` says no."""
+        """Launch the recorded launches with ``tensors`` (in the order :func:`record` got them, of
+        the recorded call's signature) in place of the recorded ones, on the current stream; False,
+        launching nothing, where :meth:`ready` says no."""
         if not self.ready():
             return False
         stream = fastlaunch._current_stream(self.launches[0].device)
+        # Addresses as integers: the C launcher then skips asking the driver whether each pointer
+        # is device memory, which the recording's signature (its devices) has settled.
+        addresses = [t.data_ptr() for t in tensors]
         for launch in self.launches:
             args = list(launch.args)
             for position, index in launch.slots:
-                args[position] = tensors[index]
+                args[position] = addresses[index]
             launch.entry.launch(launch.grid, stream, args)
         return True
 

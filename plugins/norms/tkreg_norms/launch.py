@@ -205,7 +205,43 @@ def _backward(layer: bool, x: Any, w: Any, b: Any, mean: Any, rstd: Any, dy: Any
     # rms_norm has no mean or bias gradient: the kernels never touch them (LAYER=False).
     db = out[2] if layer else dw
     mean = mean if layer else rstd
-    plan = plans.backward_plan(n, x.element_size(), block, rows, num_warps)
+    if sizes is None:  # a config (tests), or the full checks ran: nothing remembered
+        found = _backward_launches(layer, m, n, x.element_size(), device, block, rows, programs, num_warps)
+    else:
+        key = (layer, m, n, x.dtype, device)
+        found = _BACKWARD.get(key)
+        if found is None:
+            found = _backward_launches(layer, m, n, x.element_size(), device, None, None, None, None)
+            if len(_BACKWARD) >= BACKWARD_PLANS:
+                _BACKWARD.clear()
+            _BACKWARD[key] = found
+    main, count, per_program, finish, sum_grid = found
+    head = (x, w, dy, mean, rstd, dx)
+    tail = (m, n, per_program, x.stride(0), dy.stride(0), dx.stride(0))
+    if finish is None:
+        # One program sums every row: its sums are the gradients, no partial buffer.
+        main((1,), *head, dw, db, *tail)
+        return out
+    partials = torch.empty((2 if layer else 1, count, n), dtype=torch.float32, device=x.device)
+    pw, pb = partials[0], partials[-1]
+    main((count,), *head, pw, pb, *tail)
+    finish(sum_grid, pw, pb, dw, db, count, n)
+    return out
+
+
+# The backward's launches of the launcher's own choice per (op, rows, row width, dtype, device),
+# for calls that pass the fast checks: working them out
+# costs about 9 us of Python on the CPU machine, and autograd runs a backward on its device
+# thread, where Python runs slower still and the caller waits for it.
+_BACKWARD: dict[tuple[Any, ...], tuple[Launcher, int, int, Launcher | None, tuple[int]]] = {}
+BACKWARD_PLANS = 1024  # remembered before the dict starts over
+
+
+def _backward_launches(layer: bool, m: int, n: int, itemsize: int, device: int, block: int | None, rows: int | None,
+                       programs: int | None, num_warps: int | None) -> tuple[Launcher, int, int, Launcher | None, tuple[int]]:
+    """(main launcher, programs, rows per program, the partial sums' launcher or None where one
+    program sums every row, its grid) for the backward over ``m`` rows of ``n``."""
+    plan = plans.backward_plan(n, itemsize, block, rows, num_warps)
     sms = None if device < 0 else _sm_count(device)
     count, per_program = plans.row_programs(m, plan, sms, programs)
     if plan.looped:
@@ -213,19 +249,11 @@ def _backward(layer: bool, x: Any, w: Any, b: Any, mean: Any, rstd: Any, dy: Any
     else:
         main = _launcher(kernels.norm_bwd_fused, plan.num_warps, LAYER=layer, ROWS=plan.rows, BLOCK_N=plan.block_n,
                          NUM_STAGES=plan.stages)
-    head = (x, w, dy, mean, rstd, dx)
-    tail = (m, n, per_program, x.stride(0), dy.stride(0), dx.stride(0))
     if count == 1 and not plan.looped:
-        # One program sums every row: its sums are the gradients, no partial buffer.
-        main((1,), *head, dw, db, *tail)
-        return out
-    partials = torch.empty((2 if layer else 1, count, n), dtype=torch.float32, device=x.device)
-    pw, pb = partials[0], partials[-1]
-    main((count,), *head, pw, pb, *tail)
+        return main, count, per_program, None, (1,)
     block_p, block_c = plans.sum_plan(n, sms)
     finish = _launcher(kernels.sum_partials, plans.SUM_WARPS, LAYER=layer, BLOCK_P=block_p, BLOCK_C=block_c)
-    finish((-(-n // block_c),), pw, pb, dw, db, count, n)
-    return out
+    return main, count, per_program, finish, (-(-n // block_c),)
 
 
 def rms_norm_backward(x: Any, weight: Any, y: Any, rstd: Any, grad_y: Any, *, out: Any, eps: float,

@@ -158,6 +158,14 @@ def test_tensors_sharing_an_address_are_refused(gpu):
     assert "share an address" in refused(lambda: two_launches(a, a, b), (a, a, b), again=True)
 
 
+def test_a_call_made_while_another_thread_records_may_be_recorded_later(gpu):
+    a, b, c = tensors(100)
+    two_launches(a, b, c)
+    with recording._RECORDING:  # another thread's recording holds it
+        assert "another thread" in refused(lambda: two_launches(a, b, c), (a, b, c), again=True)
+    assert recording.record(lambda: two_launches(a, b, c), (a, b, c)).recording is not None
+
+
 def test_a_call_that_launches_nothing_is_refused(gpu):
     a, b, c = tensors(100)
     assert "launched nothing" in refused(lambda: None, (a, b, c))
@@ -225,7 +233,7 @@ def test_tkreg_ops_replays_a_declared_kernels_launches_from_the_third_call(gpu, 
         x, y = torch.randn(4, 8), torch.randn(4, 8)
         LAUNCHER_CALLS.clear()
         ops.toy_mul(x, y)
-        assert "the second is recorded" in ops.explain("toy_mul", x, y)
+        assert "not recorded yet: the launcher runs the first call" in ops.explain("toy_mul", x, y)
         ops.toy_mul(x, y)
         assert "2 recorded launch(es) are replayed" in ops.explain("toy_mul", x, y)
         gpu.launches.clear()

@@ -23,6 +23,7 @@ Run = Callable[..., Any]
 # Calls recorded at most where a refusal came from the call (tensors sharing an address, another
 # thread recording), before the launcher takes every call of the signature.
 ATTEMPTS = 8
+_WAITING = "not recorded yet"
 
 
 class Replayer:
@@ -46,7 +47,7 @@ class Replayer:
         self.op, self.kernel = op, kernel
         self.install, self.launched = install, launched
         self.allocate, self.launch_into, self.tensors_of, self.result_of = allocate, launch_into, tensors_of, result_of
-        self.state = "the launcher runs the first call of a signature; the second is recorded"
+        self.state = f"{_WAITING}: the launcher runs the first call of a signature; the second is recorded"
         self.attempts = 0
 
     def first(self, *inputs: Any) -> Any:
@@ -70,7 +71,8 @@ class Replayer:
             self.install(self._replaying(got))
         elif seen.again and self.attempts < ATTEMPTS:
             self.attempts += 1  # the next call of the signature is recorded instead
-            self.state = f"not recorded yet ({seen.reason})"
+            if self.state.startswith(_WAITING):  # not where another thread's recording settled it
+                self.state = f"{_WAITING} ({seen.reason})"
         else:
             self.state = f"the launcher runs every call: its launches cannot be replayed ({seen.reason})"
             log.info("tkreg.ops.%s: %s: %s", self.op, self.kernel, self.state)

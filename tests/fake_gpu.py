@@ -10,12 +10,21 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.driver import CudaLauncher, wrap_handle_tensordesc
 from triton.runtime.driver import DriverConfig
 from triton.runtime.jit import JITFunction
 
 from tkreg.launch import fastlaunch
+
+
+def add_source(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    """c = a + b over n elements: the plain kernel source the launch tests make JITFunctions of
+    (each its own, so its caches are the test's)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
 
 
 class FakeTmaUtils:

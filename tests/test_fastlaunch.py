@@ -30,19 +30,13 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, compute_cache_key, create_function_from_signature, native_specialize_impl
 
-from tests.fake_gpu import fake_gpu, tensors, without_hooks
+from tests.fake_gpu import add_source, fake_gpu, tensors, without_hooks
 from tkreg.launch import fastlaunch
 from tkreg.launch.fastlaunch import FrozenDescriptor, Launcher, TensorAddress
 
 SCALE = 3  # a module global the scaled kernel reads; changing it must not go unnoticed
 
 # -- kernels (made JITFunctions explicitly, so TRITON_INTERPRET in the environment changes nothing)
-
-
-def _add(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
 
 
 def _scaled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -61,10 +55,10 @@ def _copy_desc(a_desc, c_desc, M, N, XBLOCK: gl.constexpr, YBLOCK: gl.constexpr)
     pass
 
 
-add_kernel = JITFunction(_add)
+add_kernel = JITFunction(add_source)
 scaled_kernel = JITFunction(_scaled)
 mixed_kernel = JITFunction(_mixed)
-quiet_add_kernel = JITFunction(_add, do_not_specialize=["n"], do_not_specialize_on_alignment=["b_ptr"])
+quiet_add_kernel = JITFunction(add_source, do_not_specialize=["n"], do_not_specialize_on_alignment=["b_ptr"])
 desc_kernel = GluonJITFunction(_copy_desc, do_not_specialize=["M", "N"])
 CUDA_BACKEND = make_backend(GPUTarget("cuda", 90, 32))
 
@@ -453,7 +447,7 @@ def test_a_bound_launch_of_tensors_specializes_every_call(gpu):
 
 
 def test_a_bound_launch_of_an_interpreted_kernel_runs_it():
-    launch = Launcher(InterpretedFunction(_add), BLOCK=16)
+    launch = Launcher(InterpretedFunction(add_source), BLOCK=16)
     a, b, c = torch.ones(20), torch.ones(20), torch.zeros(20)
     launch.bind(a, b, c, 20)((2,))
     assert torch.equal(c, torch.full((20,), 2.0))
@@ -463,7 +457,7 @@ def test_a_bound_launch_of_an_interpreted_kernel_runs_it():
 
 
 def test_interpreter_functions_take_the_ordinary_path():
-    kernel = InterpretedFunction(_add)
+    kernel = InterpretedFunction(add_source)
     launch = Launcher(kernel, BLOCK=32)
     assert not fastlaunch.is_compiled(kernel) and fastlaunch.is_compiled(add_kernel)
     a, b = torch.randn(50), torch.randn(50)

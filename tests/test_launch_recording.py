@@ -17,7 +17,7 @@ from triton import knobs
 from triton.runtime.jit import JITFunction
 
 import tkreg
-from tests.fake_gpu import fake_gpu, tensors, without_hooks
+from tests.fake_gpu import add_source, fake_gpu, tensors, without_hooks
 from tests.ops_support import ToyPlugin, choice_by_priority, registry_with, same_alignment_as, toy_kernel
 from tkreg.launch import fastlaunch, recording
 from tkreg.launch.fastlaunch import Launcher
@@ -25,18 +25,12 @@ from tkreg.launch.fastlaunch import Launcher
 FACTOR = 2  # a global the scaled kernel reads
 
 
-def _add(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
-
-
 def _scaled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * FACTOR, mask=offs < n)
 
 
-add_kernel = JITFunction(_add)
+add_kernel = JITFunction(add_source)
 scaled_kernel = JITFunction(_scaled)
 ADD = Launcher(add_kernel, BLOCK=128, num_warps=4)
 SCALED = Launcher(scaled_kernel, BLOCK=64, num_warps=2)

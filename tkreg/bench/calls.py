@@ -104,7 +104,7 @@ def kernel_call(op: Op, kernel: Kernel, launcher: Callable[..., Any], inputs: tu
     """A kernel as tkreg.ops runs it: a new output per call (the op's make_output), and for a
     kernel that declares replay its second call recorded and later ones replayed
     (tkreg.ops.replaying); other kernels as launcher_call makes them."""
-    if not kernel.replay or kernel.backward:
+    if not kernel.replayable:
         return launcher_call(op, launcher, inputs)
     from ..ops.forms import as_tuple
     from ..ops.replaying import RecordedCall
@@ -114,8 +114,7 @@ def kernel_call(op: Op, kernel: Kernel, launcher: Callable[..., Any], inputs: tu
     sizes = harness.accepted(allocate, params)
     several = len(op.outputs) > 1
     return RecordedCall(lambda outs: launcher(*inputs, out=outs if several else outs[0], **params),
-                        lambda: as_tuple(allocate(*inputs, **sizes)), inputs,
-                        (lambda outs: outs) if several else (lambda outs: outs[0]), replayable=True)
+                        lambda: as_tuple(allocate(*inputs, **sizes)), inputs, several, replayable=True)
 
 
 def allocates(launcher: Callable[..., Any]) -> bool:

@@ -582,6 +582,12 @@ class Kernel:
         return "backward" if self.backward else "forward"
 
     @property
+    def replayable(self) -> bool:
+        """tkreg.ops may record and replay this kernel's launches: it declares ``replay`` and is a
+        forward kernel (gradient calls are never replayed)."""
+        return self.replay and not self.backward
+
+    @property
     def default_config(self) -> dict[str, ParamValue]:
         return dict(self.configs[0])
 

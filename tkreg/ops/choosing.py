@@ -167,9 +167,8 @@ class Chooser:
                 calls[candidate] = self._peer_call(inputs, layouts, params)
             else:
                 launch = loaded(launcher(by_name[candidate.kernel]))  # timed now: imported now
-                kernel = by_name[candidate.kernel]
                 calls[candidate] = kernel_call(launch, kernel_inputs, layouts, {**params, **dict(candidate.config)},
-                                               kernel.replay and not kernel.backward)
+                                               by_name[candidate.kernel].replayable)
         return calls
 
     def _peer_call(self, inputs: Sequence[Any], layouts: Sequence[OutputLayout], params: dict[str, Any]) -> Callable[[], Any]:
@@ -269,8 +268,8 @@ def kernel_call(launch: Callable[..., Any], kernel_inputs: Sequence[Any], layout
         views = tuple([layout.kernel(o) for layout, o in zip(layouts, outs)])
         return launch(*kernel_inputs, out=views if several else views[0], **keywords)
 
-    return RecordedCall(launch_into, lambda: tuple([layout.empty() for layout in layouts]), kernel_inputs,
-                        (lambda outs: outs) if several else (lambda outs: outs[0]), replayable, launch)
+    return RecordedCall(launch_into, lambda: tuple([layout.empty() for layout in layouts]), kernel_inputs, several,
+                        replayable, launch)
 
 
 def cuda_device(tensors: Sequence[Any]) -> int | None:

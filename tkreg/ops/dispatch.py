@@ -172,7 +172,7 @@ class Dispatcher:
         # reads what every op remembers there, so that each other op's first call finds it read
         self.siblings: dict[str, Dispatcher] = {}
         self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
-        self._replayable = frozenset(k.name for k in registry.kernels(op.name) if k.replay and not k.backward)
+        self._replayable = frozenset(k.name for k in registry.kernels(op.name) if k.replayable)
 
     # -- the hot path -----------------------------------------------------------------------
     def __call__(self, *inputs: Any, **params: Any) -> Any:
@@ -358,6 +358,8 @@ class Dispatcher:
         layouts = plan.outputs
         several = self.several
         empty = torch.empty
+        allocate = [_allocator(layout) for layout in layouts]
+        kernel_shapes = [layout.kernel_shape for layout in layouts]
 
         if not several and layouts[0].stride is None:
             # one contiguous output: the common case, kept to the fewest Python operations
@@ -380,8 +382,6 @@ class Dispatcher:
                 return out
 
         else:
-            allocate = [_allocator(layout) for layout in layouts]
-            kernel_shapes = [layout.kernel_shape for layout in layouts]
 
             def run(*inputs: Any) -> Any:
                 outs = tuple([new() for new in allocate])
@@ -410,8 +410,6 @@ class Dispatcher:
         if name.split("[", 1)[0] not in self._replayable:
             install(run)
             return
-        allocate = [_allocator(layout) for layout in layouts]
-        kernel_shapes = [layout.kernel_shape for layout in layouts]
 
         def launch_into(inputs: Sequence[Any], outs: tuple[Any, ...]) -> None:
             kernel_outs = tuple([o if s is None else o.view(s) for o, s in zip(outs, kernel_shapes)])
@@ -423,7 +421,7 @@ class Dispatcher:
             allocate=lambda: tuple([new() for new in allocate]),
             launch_into=launch_into,
             tensors_of=(lambda inputs, outs: (*to_kernel(inputs), *outs)) if selects else (lambda inputs, outs: (*inputs, *outs)),
-            result_of=(lambda outs: outs) if several else (lambda outs: outs[0]),
+            several=several,
         )  # fmt: skip
         install(plan.replayer.first)
 

@@ -20,6 +20,15 @@ from ..core.errors import InputError
 log = logging.getLogger("tkreg.ops")
 
 Run = Callable[..., Any]
+
+
+def _all(outs: tuple[Any, ...]) -> Any:
+    return outs
+
+
+def _first(outs: tuple[Any, ...]) -> Any:
+    return outs[0]
+
 # Calls recorded at most where a refusal came from the call (tensors sharing an address, another
 # thread recording), before the launcher takes every call of the signature.
 ATTEMPTS = 8
@@ -30,8 +39,8 @@ class Replayer:
     """Builds and swaps a plan's runs: ``install(run)`` gives the plan a run (see
     Dispatcher._set_run); ``launched`` is the plan's ordinary run; ``allocate()`` makes a call's
     outputs; ``launch_into(inputs, outs)`` runs the launcher into them; ``tensors_of(inputs,
-    outs)`` gives the tensors a launch may take, in one fixed order; ``result_of(outs)`` is what
-    the run returns."""
+    outs)`` gives the tensors a launch may take, in one fixed order; a run returns every output
+    where the op has ``several``, else the one."""
 
     def __init__(
         self,
@@ -42,11 +51,12 @@ class Replayer:
         allocate: Callable[[], tuple[Any, ...]],
         launch_into: Callable[[Sequence[Any], tuple[Any, ...]], None],
         tensors_of: Callable[[Sequence[Any], tuple[Any, ...]], tuple[Any, ...]],
-        result_of: Callable[[tuple[Any, ...]], Any],
+        several: bool,
     ) -> None:
         self.op, self.kernel = op, kernel
         self.install, self.launched = install, launched
-        self.allocate, self.launch_into, self.tensors_of, self.result_of = allocate, launch_into, tensors_of, result_of
+        self.allocate, self.launch_into, self.tensors_of = allocate, launch_into, tensors_of
+        self.result_of = _all if several else _first
         self.state = f"{_WAITING}: the launcher runs the first call of a signature; the second is recorded"
         self.attempts = 0
 
@@ -95,16 +105,16 @@ class Replayer:
 class RecordedCall:
     """``call()``: a launch on fixed ``inputs`` into new outputs each call (``allocate()``), as a
     plan's calls make it; the tuner's candidates and the benchmarks' are these. ``launch_into(outs)``
-    launches; ``result_of(outs)`` is what a call returns. Where the kernel declares replay
+    launches; a call returns every output where the op has ``several``, else the one. Where the kernel declares replay
     (``replayable``), the second call is recorded and later calls replay it, so a kernel is timed
     at what tkreg.ops' callers pay for it."""
 
     __slots__ = ("allocate", "calls", "inputs", "launch_into", "launcher", "recording", "result_of")
 
     def __init__(self, launch_into: Callable[[tuple[Any, ...]], Any], allocate: Callable[[], tuple[Any, ...]],
-                 inputs: Sequence[Any], result_of: Callable[[tuple[Any, ...]], Any], replayable: bool,
-                 launcher: Any = None) -> None:
-        self.launch_into, self.allocate, self.inputs, self.result_of = launch_into, allocate, tuple(inputs), result_of
+                 inputs: Sequence[Any], several: bool, replayable: bool, launcher: Any = None) -> None:
+        self.launch_into, self.allocate, self.inputs = launch_into, allocate, tuple(inputs)
+        self.result_of = _all if several else _first
         self.launcher = launcher  # what launch_into calls (for reports and tests)
         self.calls = 0 if replayable else -1  # -1: never recorded
         self.recording: Any = None

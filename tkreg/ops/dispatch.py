@@ -729,14 +729,18 @@ class Dispatcher:
     def _functional_peer(self, params: dict[str, Any]) -> Callable[..., Any]:
         """The peer as torch code calls it (``out=None``: it returns its outputs), with nothing of
         tkreg's own in between: the peer itself where that is its default and there are no
-        parameters (a partial's keywords cost a quarter of a microsecond a call), else a partial."""
+        parameters (a partial's keywords cost a quarter of a microsecond a call), else a partial.
+        A peer whose signature cannot be read (a torch builtin such as ``torch.add``, the cheapest
+        peer there is) is taken to default ``out`` to None, as torch's functions do; one that
+        does not fails its first call here, and the plan then gives it outputs (``outputs_given``)."""
         peer = refs.resolve(self.op.peer)
         if self._peer_out_default is None:
             try:
                 out = inspect.signature(peer).parameters.get("out")
+                self._peer_out_default = (out is not None and out.default is None
+                                          and out.kind is not inspect.Parameter.VAR_KEYWORD)  # fmt: skip
             except (TypeError, ValueError):  # a builtin without a signature
-                out = None
-            self._peer_out_default = out is not None and out.default is None and out.kind is not inspect.Parameter.VAR_KEYWORD
+                self._peer_out_default = True
         if not params and self._peer_out_default:
             return peer
         return functools.partial(peer, out=None, **params)

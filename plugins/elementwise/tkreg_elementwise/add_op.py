@@ -1,4 +1,4 @@
-"""The add op's contract: float64 reference, seeded inputs, output, cost model, torch peer and
+"""The add op's contract: float64 reference, seeded inputs, output, cost model and
 gradient formula."""
 
 from __future__ import annotations
@@ -47,10 +47,6 @@ def make_output(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def cost(dims: dict[str, int], itemsize: int) -> Cost:
     numel = dims["M"] * dims["N"]
     return Cost(bytes=TENSORS_MOVED * numel * itemsize, flops=numel)
-
-
-def peer(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> Any:
-    return torch.add(a, b, out=out)
 
 
 def backward(inputs: Any, outputs: Any, grad_outputs: Any) -> tuple[Any, Any]:

@@ -1,7 +1,8 @@
 """tkreg-matmul: the ``matmul`` op (C = A @ B, fp16/bf16 inputs, fp32 accumulation, output in the
 input dtype), the portable Triton kernel ``matmul_triton``, and what the Gluon matmul plugins share:
 
-- :mod:`tkreg_matmul.op`: reference, inputs, cost, tolerance scale, peer (the op's contract).
+- :mod:`tkreg_matmul.op`: reference, inputs, cost, tolerance scale, gradient formula (the op's contract;
+  its peer is torch.matmul itself).
 - :mod:`tkreg_matmul.triton_kernel`: ``matmul_triton`` (any CUDA GPU >= 8.0, and the interpreter);
   :mod:`tkreg_matmul.configs` its parameter sets and default choice, :mod:`tkreg_matmul.triton_aot`
   its ahead-of-time compile.

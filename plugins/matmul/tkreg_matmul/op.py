@@ -100,14 +100,6 @@ def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
     return Cost(bytes=batches * (M * K + K * N + M * N) * itemsize, flops=2 * batches * M * N * K)
 
 
-def peer(a: Any, b: Any, out: Any = None) -> Any:
-    """torch.matmul with B as given: cuBLAS reads a transposed view of a weight as stored (its
-    "TN" case), as F.linear does."""
-    import torch
-
-    return torch.matmul(a, b, out=out)
-
-
 def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any = (True, True)) -> tuple[Any, Any]:
     """C = A B: dA = dC B^T and dB = A^T dC, each one more tkreg.ops.matmul (so they run on the
     registered kernels too), and only where a gradient is needed. With a 2-D B, A's and dC's

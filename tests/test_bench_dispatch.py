@@ -1,5 +1,6 @@
 """The dispatch suite's shapes nobody chose: drawn at run time from a recorded seed, across the
-sizes each op's contract names, within the memory bound, in the op's benchmark dtypes and layouts."""
+sizes each op's contract names, within the memory bound, in the op's benchmark dtypes and layouts;
+and its comparison of Inductor's generated code (the ``call`` a compiled module runs)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,35 @@ def test_random_shapes_follow_each_contract_and_repeat_for_a_seed() -> None:
             assert sig.dtype in op.bench_dtypes and sig.variant in variants
             if op.contract.kind == "linear":
                 assert dims["N"] % 64 == 0 and dims["K"] % 64 == 0 and 1 <= dims["M"] <= 8192
+
+
+MODULE = '''
+import torch
+async_compile = None  # {kernel}
+
+
+class Runner:
+    def call(self, args):
+        arg0_1, = args
+        # Topologically Sorted Source Nodes: [{source}]
+        buf0 = empty_strided_cuda((16, 16), (16, 1), torch.bfloat16)
+        extern_kernels.mm(arg0_1, arg0_1, out=buf0)
+
+        return (buf0, )
+
+runner = Runner()
+'''
+
+
+def test_the_same_calls_compare_equal_whatever_their_comments_and_kernel_sources() -> None:
+    ours = MODULE.format(kernel="one", source="t, got")
+    theirs = MODULE.format(kernel="two", source="t_2, mm")
+    assert dispatch._wrapper_calls([ours]) == dispatch._wrapper_calls([theirs])
+    assert dispatch._wrapper_calls([ours])[0].splitlines()[-1].strip() == "return (buf0, )"
+
+
+def test_another_call_compares_unequal_and_a_module_without_one_gives_nothing() -> None:
+    ours = MODULE.format(kernel="one", source="a")
+    theirs = ours.replace("extern_kernels.mm(arg0_1, arg0_1", "torch.ops.tkreg_dispatch.matmul.default(arg0_1, arg0_1")
+    assert dispatch._wrapper_calls([ours]) != dispatch._wrapper_calls([theirs])
+    assert dispatch._wrapper_calls(["x = 1\n"]) == []

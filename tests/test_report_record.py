@@ -212,8 +212,15 @@ def test_suite_tables_read_the_suites_rows() -> None:
     dispatch = {"summary": {"seed": 1}, "rows": [
         {"check": "training", "tokens": 2048, "tkreg_us": 2300.0, "torch_us": 2277.0, "ratio": 0.99},
         {"check": "row_training", "op": "layer_norm", "shape": "4096x4096", "tkreg_us": 110.0, "torch_us": 99.0, "ratio": 0.9},
-        {"check": "row_training", "op": "rms_norm", "shape": "16384x4096", "error": "RuntimeError: no"}]}  # fmt: skip
+        {"check": "row_training", "op": "rms_norm", "shape": "16384x4096", "error": "RuntimeError: no"},
+        {"check": "compiled_mlp", "tokens": 16, "tkreg_us": 150.0, "torch_compile_us": 147.0, "ratio": 0.98,
+         "tkreg_graphs_us": 120.0, "torch_graphs_us": 121.2, "graphs_ratio": 1.01, "eager_tkreg_us": 140.0,
+         "eager_torch_us": 140.0, "same_code": True},
+        {"check": "compiled_mlp", "tokens": 4096, "error": "RuntimeError: no", "same_code": False}]}  # fmt: skip
     text = dispatch_table(dispatch)
+    assert "| Llama MLP block, 16 tokens, torch.compile | 150.0 | 147.0 | 0.980 |" in text
+    assert "| Llama MLP block, 16 tokens, torch.compile reduce-overhead | 120.0 | 121.2 | 1.010 |" in text
+    assert "the same code for the block through tkreg.ops as for torch's at 16 token count(s) of 2." in text
     assert "| 2-layer MLP training step, 2048 tokens | 2300.0 | 2277.0 | 0.990 |" in text
     assert "| layer_norm forward and backward, 4096x4096 | 110.0 | 99.0 | 0.900 |" in text and "rms_norm" not in text
     cold = [(False, "peer", 30.0, 20.0, 50.0, 20.0), (False, "add_triton", 3000.0, 20.0, 30.0, 20.0),

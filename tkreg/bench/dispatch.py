@@ -12,7 +12,9 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
    first call of each is timed against a warm call of the same shape.
 3. CUDA graphs: a tuned call captured and replayed gives the eager call's bits.
 4. torch.compile: a Llama-3-8B MLP block (gate, up, down) through the linear op under
-   torch.compile(fullgraph=True) against torch.compile of the same block written with ``@``.
+   torch.compile(fullgraph=True), in the default mode and in mode="reduce-overhead" (CUDA
+   graphs), against torch.compile of the same block written with ``@``; and whether Inductor
+   generated the same code for the two.
 5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch;
    and a forward and backward through each differentiable row op (a norm) at model sizes
    against the same through its peer, as torch code trains.
@@ -395,7 +397,12 @@ def compiled_mlp(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
 
 
 def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[..., Any], with_tkreg: Callable[..., Any]) -> dict:
+    """Both blocks under torch.compile (the default mode, and mode="reduce-overhead", which
+    replays CUDA graphs as small-batch inference runs), timed interleaved with their eager
+    calls; and whether Inductor generated the same code for both (``same_code``): where every
+    product of the block traces as torch's own, the two compiled graphs should be one."""
     import torch
+    from torch._inductor.utils import run_and_get_code
 
     h, i = MLP["hidden"], MLP["intermediate"]
     x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16)
@@ -405,12 +412,21 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
         torch._dynamo.reset()
         ours = torch.compile(with_tkreg, fullgraph=True)
         theirs = torch.compile(with_torch, fullgraph=True)
-        got, want = ours(x, *weights), theirs(x, *weights)
+        got, ours_code = run_and_get_code(ours, x, *weights)
+        want, theirs_code = run_and_get_code(theirs, x, *weights)
         row["max_abs_diff"] = float((got.float() - want.float()).abs().max())
+        row["same_code"] = bool(ours_code) and _wrapper_calls(ours_code) == _wrapper_calls(theirs_code)
+        ours_graphs = torch.compile(with_tkreg, fullgraph=True, mode="reduce-overhead")
+        theirs_graphs = torch.compile(with_torch, fullgraph=True, mode="reduce-overhead")
+        for _ in range(3):  # CUDA graph trees warm up, record, then replay
+            ours_graphs(x, *weights), theirs_graphs(x, *weights)
         row.update(_wall_us({"tkreg_us": lambda: ours(x, *weights), "torch_compile_us": lambda: theirs(x, *weights),
+                             "tkreg_graphs_us": lambda: ours_graphs(x, *weights),
+                             "torch_graphs_us": lambda: theirs_graphs(x, *weights),
                              "eager_tkreg_us": lambda: with_tkreg(x, *weights),
                              "eager_torch_us": lambda: with_torch(x, *weights)}))  # fmt: skip
         row["ratio"] = round(row["torch_compile_us"] / row["tkreg_us"], 4)
+        row["graphs_ratio"] = round(row["torch_graphs_us"] / row["tkreg_graphs_us"], 4)
         from .. import ops
 
         hidden = torch.empty(tokens, i, device="cuda", dtype=torch.bfloat16)
@@ -420,6 +436,25 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return row
+
+
+def _wrapper_calls(sources: Sequence[str]) -> list[str]:
+    """What each generated module's ``call`` runs: its lines from ``def call(`` on, up to the
+    module's next top-level statement, without comments (they name source lines)."""
+    bodies = []
+    for source in sources:
+        lines = source.splitlines()
+        start = next((n for n, line in enumerate(lines) if line.lstrip().startswith("def call(")), None)
+        if start is None:
+            continue
+        body = [lines[start]]
+        for line in lines[start + 1 :]:
+            if line and not line[0].isspace():
+                break
+            if line.strip() and not line.strip().startswith("#"):
+                body.append(line.rstrip())
+        bodies.append("\n".join(body))
+    return bodies
 
 
 def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:

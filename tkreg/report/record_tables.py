@@ -401,6 +401,10 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         if r.get("check") == "compiled_mlp" and _is_number(r.get("ratio")):
             work.append([f"Llama MLP block, {r['tokens']} tokens, torch.compile", _us(r.get("tkreg_us")),
                          _us(r.get("torch_compile_us")), f"{r['ratio']:.3f}"])  # fmt: skip
+            if _is_number(r.get("graphs_ratio")):
+                work.append([f"Llama MLP block, {r['tokens']} tokens, torch.compile reduce-overhead",
+                             _us(r.get("tkreg_graphs_us")), _us(r.get("torch_graphs_us")),
+                             f"{r['graphs_ratio']:.3f}"])  # fmt: skip
             work.append([f"Llama MLP block, {r['tokens']} tokens, eager", _us(r.get("eager_tkreg_us")),
                          _us(r.get("eager_torch_us")), f"{r['eager_torch_us'] / r['eager_tkreg_us']:.3f}"])  # fmt: skip
         if r.get("check") == "training" and _is_number(r.get("ratio")):
@@ -412,6 +416,11 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
     if work:
         parts += ["", table(["workload (bf16)", "through tkreg.ops (us)", "torch (us)", "torch / tkreg"], work,
                             [False, True, True, True])]  # fmt: skip
+    coded = [r for r in rows if r.get("check") == "compiled_mlp" and "same_code" in r]
+    if coded:
+        same = [str(r["tokens"]) for r in coded if r["same_code"]]
+        parts += ["", f"Inductor generated the same code for the block through tkreg.ops as for torch's at "
+                  f"{', '.join(same) or 'no'} token count(s) of {len(coded)}."]  # fmt: skip
     return "\n".join(parts)
 
 

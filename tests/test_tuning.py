@@ -94,6 +94,24 @@ def test_the_fastest_candidate_wins_and_a_tie_goes_to_the_faster() -> None:
     assert tuning.fastest({"k": "failed: boom"}) is None
 
 
+def test_rounds_reverse_their_order_so_a_rounds_first_place_costs_every_call_alike() -> None:
+    """A clock where whatever runs first in a round pays 30% more (a cold cache, a clock ramp):
+    with the order reversed each round, both calls pay it equally often and time alike."""
+    def a() -> None: ...
+    def b() -> None: ...
+
+    seen: list[object] = []
+
+    def clock(call: object, n: int) -> float:
+        seen.append(call)
+        first_of_round = len(seen) > 4 and (len(seen) - 5) % 2 == 0  # four warm-up calls, then rounds of two
+        return 0.010 * n * (1.3 if first_of_round else 1.0)
+
+    times = tuning.measure({"a": a, "b": b}, 10, clock, rounds=4)
+    assert seen[4:] == [a, b, b, a, a, b, b, a]
+    assert times["a"] == pytest.approx(times["b"])
+
+
 def test_a_failing_candidate_is_reported_not_raised() -> None:
     def broken() -> None:
         raise RuntimeError("no kernel image")

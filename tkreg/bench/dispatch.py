@@ -410,6 +410,8 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
     try:
         with_tkreg(x, *weights)  # tunes the three shapes eagerly, as a first eager call would
         torch._dynamo.reset()
+        for w in weights:  # a model's weights stay put: CUDA graphs then read them where they are, uncopied
+            torch._dynamo.mark_static_address(w, guard=False)
         ours = torch.compile(with_tkreg, fullgraph=True)
         theirs = torch.compile(with_torch, fullgraph=True)
         got, ours_code = run_and_get_code(ours, x, *weights)

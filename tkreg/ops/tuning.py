@@ -239,7 +239,8 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
     stream, and then also the host's own time to queue them, which goes into ``host`` (us per
-    call). Each round runs a call for about ``round_ms``; the median of ``rounds`` counts."""
+    call). Each round runs a call for about ``round_ms``, in an order that reverses from round to
+    round; the median of ``rounds`` counts."""
     clock = clock or _cuda_clock
     started = time.monotonic()
     times: dict[str, float | str] = {}
@@ -257,12 +258,14 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
         plans[name] = max(1, min(MAX_CALLS_PER_ROUND, int(round_ms / max(single_ms, 1e-4))))
     taken: dict[str, list[float]] = {name: [] for name in plans}
     queued: dict[str, list[float]] = {name: [] for name in plans}
+    order = list(plans.items())
     for _ in range(rounds):
-        for name, n in plans.items():
+        for name, n in order:
             got = clock(calls[name], n)
             taken[name].append(_wall_ms(got) / n * 1e3)
             if isinstance(got, tuple):
                 queued[name].append(got[1] / n * 1e3)
+        order.reverse()  # each call goes first as often as last: what a round's start costs hits them alike
     times.update({name: statistics.median(values) for name, values in taken.items()})
     if host is not None:
         host.update({name: statistics.median(values) for name, values in queued.items() if values})

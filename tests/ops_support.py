@@ -251,6 +251,12 @@ def rms_peer_y_only(x: Any, weight: Any, out: Any = None, eps: float = 1e-6) -> 
     return out
 
 
+def rms_peer_y_bare(x: Any, weight: Any, out: Any = None, eps: float = 1e-6) -> Any:
+    """rms_peer_y_only returning y itself, not (y,), where it allocates (as the norms' peers do)."""
+    got = rms_peer_y_only(x, weight, out, eps)
+    return got[0] if out is None else got
+
+
 def rms_full_peer(x: Any, weight: Any, eps: float = 1e-6) -> Any:
     """The full peer beside rms_peer_y_only, as torch._fused_rms_norm is beside F.rms_norm."""
     _record("rms_full_peer", (x, weight), eps=eps)
@@ -317,10 +323,10 @@ class RmsPlugin:
 
     def __init__(
         self, *kernels: tkreg.Kernel, formula: bool = False, peer: bool = True, grads: bool | tuple[str, ...] = True,
-        peer_y_only: bool = False, full_peer: bool = False,
+        peer_y_only: bool = False, full_peer: bool = False, peer_bare: bool = False,
     ) -> None:
         self.kernels, self.formula, self.peer, self.grads = kernels, formula, peer, grads
-        self.peer_fn = rms_peer_y_only if peer_y_only else rms_peer
+        self.peer_fn = rms_peer_y_bare if peer_bare else rms_peer_y_only if peer_y_only else rms_peer
         self.full_peer = rms_full_peer if full_peer else None
 
     @tkreg.hookimpl

@@ -257,6 +257,32 @@ def test_a_full_peer_fills_the_outputs_the_peer_leaves_for_the_operator_and_the_
     assert len(calls("rms_full_peer")) == 1 and len(calls("rms_backward_torch")) == 1 and len(calls("rms_peer")) == 1
 
 
+@pytest.mark.parametrize("bare", [False, True], ids=["returns (y,)", "returns y"])
+def test_a_peer_returning_y_itself_is_what_tkreg_ops_calls_with_nothing_in_between(recorded: None, bare: bool) -> None:
+    """A y-only peer that returns y itself (not a one-tuple) is the plan's call for tkreg.ops,
+    bound to its parameters and nothing else; one returning (y,) gets y picked out. Both give y,
+    and the torch operator still gets every output through the full peer."""
+    import functools
+
+    from tests.ops_support import rms_peer_y_bare
+
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, full_peer=True, peer_bare=bare)))
+    x, w, _ = _rms_leaves(32)
+    want_y, want_rstd = rms_reference(x.detach().double(), w.detach().double(), 0.5)
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
+        ops.toy_rms_norm(x.detach(), w.detach(), eps=0.5)
+    for _ in range(2):
+        got = ops.toy_rms_norm(x.detach(), w.detach(), eps=0.5)
+        assert isinstance(got, torch.Tensor)
+        torch.testing.assert_close(got.double(), want_y, atol=1e-5, rtol=1e-5)
+    (plan,) = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]._plans.values()
+    direct = isinstance(plan.returned, functools.partial) and plan.returned.func is rms_peer_y_bare
+    assert direct is bare
+    y, rstd = torch.ops.tkreg.toy_rms_norm(x.detach(), w.detach(), eps=0.5)
+    torch.testing.assert_close(rstd.double(), want_rstd, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(y.double(), want_y, atol=1e-5, rtol=1e-5)
+
+
 def test_where_the_peer_runs_a_call_that_wants_a_gradient_is_the_peers_own(recorded: None) -> None:
     """tkreg.ops.<op> of an op without a backward formula, where the peer runs the inputs: the
     peer's own call, so torch's autograd records torch's backward (no Python backward, no

@@ -553,11 +553,12 @@ class Dispatcher:
         def first(*inputs: Any) -> Any:
             """The first call decides which way the peer is called for this signature."""
             try:
-                got = as_tuple(functional(*inputs))
+                raw = functional(*inputs)
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError):
                 return outputs_given(inputs)
+            got, bare = as_tuple(raw), not isinstance(raw, (tuple, list))
             fits = len(got) in (len(layouts), len(returned)) and all(
                 tuple(t.shape) == tuple(layout.shape) and t.dtype == layout.dtype
                 for t, layout in zip(got, layouts if len(got) == len(layouts) else [layouts[i] for i in returned])
@@ -571,8 +572,8 @@ class Dispatcher:
 
             internal = [(i, layouts[i]) for i in range(len(layouts)) if i not in returned]
             full, full_outs = self._full_peer_fitting(params, inputs, layouts)
-            self._peer_with_internal(plan, functional, internal, full)
-            self._remember(plan, inputs, {"way": remembered.WITH_INTERNAL, "full": full is not None, "internal": [
+            self._peer_with_internal(plan, functional, internal, full, bare)
+            self._remember(plan, inputs, {"way": remembered.WITH_INTERNAL, "full": full is not None, "bare": bare, "internal": [
                 [i, list(o.shape), None if o.stride is None else list(o.stride), str(o.dtype).removeprefix("torch.")]
                 for i, o in internal
             ]})  # fmt: skip
@@ -615,12 +616,13 @@ class Dispatcher:
 
     def _peer_with_internal(
         self, plan: Plan, functional: Callable[..., Any], internal: Sequence[tuple[int, OutputLayout]],
-        full: Callable[..., Any] | None = None,
+        full: Callable[..., Any] | None = None, bare: bool = False,
     ) -> None:
         """Runs of a peer that returns what callers get (y) but not the kernels' own outputs
         (``internal``: index and layout). Where every output is returned, the op's full peer
         (``full``) computes them all; without one they are allocated, unwritten. tkreg.ops.<op>
-        calls the peer alone."""
+        calls the peer alone: the peer itself where it returns the one tensor callers get
+        (``bare``), with nothing of tkreg's in between."""
         count, returned = len(self.op.outputs), self.returned
         allocate = [(i, _allocator(layout)) for i, layout in internal]
 
@@ -632,7 +634,10 @@ class Dispatcher:
                 outs[i] = new()
             return tuple(outs)
 
-        if len(returned) == 1:
+        returned_only: Callable[..., Any]
+        if len(returned) == 1 and bare:
+            returned_only = functional
+        elif len(returned) == 1:
 
             def returned_only(*inputs: Any) -> Any:
                 return as_tuple(functional(*inputs))[0]
@@ -723,7 +728,7 @@ class Dispatcher:
         except (TypeError, ValueError):  # a damaged entry: plan the signature anew
             return None
         full = self._full_peer(params) if entry.get("full") and self.op.full_peer is not None else None
-        self._peer_with_internal(plan, functional, internal, full)
+        self._peer_with_internal(plan, functional, internal, full, bool(entry.get("bare")))
         return plan
 
     def _functional_peer(self, params: dict[str, Any]) -> Callable[..., Any]:

@@ -88,7 +88,7 @@ def test_peers_fill_y_without_a_copy_and_return_new_outputs_for_autograd() -> No
     op.layer_norm_peer(x, w, b, out=out3, eps=1e-5)
     torch.testing.assert_close(out3[0], F.layer_norm(x, (32,), w, b, 1e-5), rtol=0, atol=0)
     leaf = x.clone().requires_grad_()
-    (y,) = op.rms_norm_peer(leaf, w, eps=1e-6)
+    y = op.rms_norm_peer(leaf, w, eps=1e-6)
     (grad,) = torch.autograd.grad(y.sum(), leaf)
     assert grad.shape == x.shape
 

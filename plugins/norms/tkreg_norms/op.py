@@ -127,15 +127,16 @@ def _fill(out: Any, y: torch.Tensor) -> Any:
 
 def rms_norm_peer(x: torch.Tensor, weight: torch.Tensor, *, out: Any = None, eps: float) -> Any:
     """F.rms_norm (its C function: F's Python layer costs the host about a microsecond); fills y
-    only (rstd is the kernels' own). With out=None returns (y,)."""
+    only (rstd is the kernels' own). With out=None returns y, which tkreg.ops then hands to
+    callers as it is."""
     y = torch.rms_norm(x, (x.shape[-1],), weight, eps)
-    return (y,) if out is None else _fill(out, y)
+    return y if out is None else _fill(out, y)
 
 
 def layer_norm_peer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *, out: Any = None, eps: float) -> Any:
-    """F.layer_norm (its C function); fills y only. With out=None returns (y,)."""
+    """F.layer_norm (its C function); fills y only. With out=None returns y."""
     y = torch.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-    return (y,) if out is None else _fill(out, y)
+    return y if out is None else _fill(out, y)
 
 
 # The full peers: torch's functions that also return the statistics F.* computes and drops, each

@@ -16,3 +16,28 @@ def test_the_summary_holds_each_goal_from_the_paths_of_its_role() -> None:
     assert host._summary({host.OPS: HostTime(10.0, 9.5)}) == {}  # nothing to hold it against
     graded = {host.OPS_GRAD: HostTime(15.0, 14.0), host.TORCH_GRAD: HostTime(12.0, 11.0)}
     assert host._summary(graded) == {"grad_ops_over_torch": pytest.approx(1.25)}
+
+
+def test_a_replayable_kernel_is_timed_allocating_as_a_plan_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suites time a kernel as tkreg.ops runs it: a new output per call, of the layout the
+    op's make_output gives, worked out once (a plan's allocation, not make_output's Python per
+    call, which would charge kernels a few microseconds the peer never pays)."""
+    import torch
+
+    from tests import ops_support
+    from tests.ops_support import ToyPlugin, registry_with, toy_kernel, toy_mul_torch
+    from tkreg.bench.calls import kernel_call
+
+    made: list[int] = []
+    original = ops_support.toy_make_output
+    monkeypatch.setattr(ops_support, "toy_make_output", lambda x, y: made.append(1) or original(x, y))
+    registry = registry_with(ToyPlugin(toy_kernel("toy_mul_replayed", toy_mul_torch, replay=True)))
+    op, kernel = registry.op("toy_mul"), registry.kernel("toy_mul_replayed")
+    x, y = torch.randn(5, 7), torch.randn(5, 7)
+    call = kernel_call(op, kernel, kernel.load(), (x, y))
+    outs = [call() for _ in range(4)]
+    assert made == [1]  # the layout, once
+    assert len({o.data_ptr() for o in outs}) == len(outs)  # every call its own output, kept alive here
+    for out in outs:
+        assert out.shape == (5, 7) and out.dtype == torch.float32
+        torch.testing.assert_close(out, x * y, rtol=0, atol=0)

@@ -535,11 +535,11 @@ def test_the_eager_path_is_installed_quietly_where_warnings_are_errors() -> None
 def test_a_peer_that_returns_y_only_allocates_nothing_more_for_tkreg_ops(recorded: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """rstd is the kernels' own: where the peer runs, tkreg.ops (which returns y alone) allocates
     no unwritten rstd per call; the operator, which returns every output, does."""
-    from tkreg.ops import dispatch
+    from tkreg.ops.forms import OutputLayout
 
     made: list[Any] = []
-    allocator = dispatch._allocator
-    monkeypatch.setattr(dispatch, "_allocator", lambda layout: lambda: made.append(layout.shape) or allocator(layout)())
+    allocator = OutputLayout.allocator
+    monkeypatch.setattr(OutputLayout, "allocator", lambda layout: lambda: made.append(layout.shape) or allocator(layout)())
     ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True)))  # no forward kernel: the peer runs
     x, w, _ = _rms_leaves(30)
     x, w = x.detach(), w.detach()

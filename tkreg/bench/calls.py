@@ -101,20 +101,21 @@ def launcher_call(op: Op, launcher: Callable[..., Any], inputs: tuple[Any, ...],
 
 
 def kernel_call(op: Op, kernel: Kernel, launcher: Callable[..., Any], inputs: tuple[Any, ...]) -> Call:
-    """A kernel as tkreg.ops runs it: a new output per call (the op's make_output), and for a
-    kernel that declares replay its second call recorded and later ones replayed
-    (tkreg.ops.replaying); other kernels as launcher_call makes them."""
+    """A kernel as tkreg.ops runs it: new outputs per call, allocated as a plan allocates them
+    (the layouts of the op's make_output, worked out once), and for a kernel that declares
+    replay its second call recorded and later ones replayed (tkreg.ops.replaying); other
+    kernels as launcher_call makes them."""
     if not kernel.replayable:
         return launcher_call(op, launcher, inputs)
-    from ..ops.forms import as_tuple
+    from ..ops.forms import OutputLayout, as_tuple
     from ..ops.replaying import RecordedCall
 
     params = op.defaults
     allocate = refs.resolve(op.make_output)
-    sizes = harness.accepted(allocate, params)
+    makers = [OutputLayout.like(t).allocator() for t in as_tuple(allocate(*inputs, **harness.accepted(allocate, params)))]
     several = len(op.outputs) > 1
     return RecordedCall(lambda outs: launcher(*inputs, out=outs if several else outs[0], **params),
-                        lambda: as_tuple(allocate(*inputs, **sizes)), inputs, several, replayable=True)
+                        lambda: tuple([new() for new in makers]), inputs, several, replayable=True)
 
 
 def allocates(launcher: Callable[..., Any]) -> bool:

@@ -268,8 +268,8 @@ def kernel_call(launch: Callable[..., Any], kernel_inputs: Sequence[Any], layout
         views = tuple([layout.kernel(o) for layout, o in zip(layouts, outs)])
         return launch(*kernel_inputs, out=views if several else views[0], **keywords)
 
-    return RecordedCall(launch_into, lambda: tuple([layout.empty() for layout in layouts]), kernel_inputs, several,
-                        replayable, launch)
+    makers = [layout.allocator() for layout in layouts]  # as the plan allocates
+    return RecordedCall(launch_into, lambda: tuple([new() for new in makers]), kernel_inputs, several, replayable, launch)
 
 
 def cuda_device(tensors: Sequence[Any]) -> int | None:

@@ -358,7 +358,7 @@ class Dispatcher:
         layouts = plan.outputs
         several = self.several
         empty = torch.empty
-        allocate = [_allocator(layout) for layout in layouts]
+        allocate = [layout.allocator() for layout in layouts]
         kernel_shapes = [layout.kernel_shape for layout in layouts]
 
         if not several and layouts[0].stride is None:
@@ -522,7 +522,7 @@ class Dispatcher:
         peer = refs.resolve(self.op.peer)
         params, several, reason = plan.params, self.several, plan.peer_reason
         layouts = plan.outputs
-        allocate = [_allocator(layout) for layout in layouts]
+        allocate = [layout.allocator() for layout in layouts]
         returned = self.returned
 
         def failed(e: Exception) -> InputError:
@@ -624,7 +624,7 @@ class Dispatcher:
         calls the peer alone: the peer itself where it returns the one tensor callers get
         (``bare``), with nothing of tkreg's in between."""
         count, returned = len(self.op.outputs), self.returned
-        allocate = [(i, _allocator(layout)) for i, layout in internal]
+        allocate = [(i, layout.allocator()) for i, layout in internal]
 
         def with_internal(*inputs: Any) -> Any:
             outs: list[Any] = [None] * count
@@ -1004,15 +1004,6 @@ class Dispatcher:
             return text
         way = "the peer's own call" if training.winner == PEER else f"{plan.launchers[0][0]} and its backward"
         return f"{text}. A call that wants a gradient makes {way}: {training.describe()}"
-
-
-def _allocator(layout: OutputLayout) -> Callable[[], Any]:
-    """A new tensor of this layout per call, with everything but the allocation bound now."""
-    import torch
-
-    if layout.stride is None:
-        return functools.partial(torch.empty, layout.shape, dtype=layout.dtype, device=layout.device)
-    return functools.partial(torch.empty_strided, layout.shape, layout.stride, dtype=layout.dtype, device=layout.device)
 
 
 def _picker(count: int, returned: tuple[int, ...]) -> Callable[[Any], Any] | None:

@@ -115,6 +115,19 @@ class OutputLayout:
             return torch.empty(self.shape, dtype=self.dtype, device=self.device)
         return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
 
+    def allocator(self) -> Callable[[], Any]:
+        """A new tensor of this layout per call, with everything but the allocation bound now."""
+        import torch
+
+        if self.stride is None:
+            return functools.partial(torch.empty, self.shape, dtype=self.dtype, device=self.device)
+        return functools.partial(torch.empty_strided, self.shape, self.stride, dtype=self.dtype, device=self.device)
+
+    @classmethod
+    def like(cls, t: Any) -> OutputLayout:
+        """The layout of tensor ``t`` (contiguous ones without strides, as plans keep them)."""
+        return cls(tuple(t.shape), None if t.is_contiguous() else tuple(t.stride()), t.dtype, t.device)
+
     def kernel(self, t: Any) -> Any:
         """``t`` (this output, or a tensor of its shape such as its gradient) as kernels see it."""
         return t if self.kernel_shape is None else t.view(self.kernel_shape)

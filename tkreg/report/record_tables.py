@@ -420,7 +420,7 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
     if coded:
         same = [str(r["tokens"]) for r in coded if r["same_code"]]
         parts += ["", f"Inductor generated the same code for the block through tkreg.ops as for torch's at "
-                  f"{', '.join(same) or 'no'} token count(s) of {len(coded)}."]  # fmt: skip
+                  f"{' and '.join(same) or 'no'} tokens ({len(same)} of {len(coded)} block sizes)."]  # fmt: skip
     return "\n".join(parts)
 
 

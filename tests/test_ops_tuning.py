@@ -627,3 +627,39 @@ def test_warm_checks_op_names_and_skips_what_it_cannot_replay(one_gpu: Path, two
     assert made is not None and keys.tensors_key(made) == key and not made[0].any()
     elsewhere = (*key[:3], torch.device("cuda", 3), key[4])
     assert warming.inputs_of(elsewhere, False, devices=1) is None  # a GPU this process lacks
+
+
+def test_a_later_process_calls_a_remembered_peer_that_returns_y_itself_with_nothing_in_between(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an earlier process learnt of a y-only peer (it returns y itself) is remembered with
+    the signature: a later process's plan calls the peer bound to its parameters, no wrapper."""
+    import functools
+
+    import tkreg.ops
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin, rms_peer_y_bare, rms_reference
+    from tkreg.ops import keys, remembered
+
+    # the peer (a partial of it, as candidates call it) is measured ten times faster than a kernel
+    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    rows, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+
+    def registry() -> Any:
+        return registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True, full_peer=True, peer_bare=True))
+
+    try:
+        tkreg.ops.install(registry())
+        tkreg.ops.toy_rms_norm(rows, w)
+        remembered.flush()
+        tkreg.ops.install(registry())  # a later process
+        torch.testing.assert_close(tkreg.ops.toy_rms_norm(rows, w), rms_reference(rows, w)[0])
+        norm = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
+        plan = norm._plans[keys.plan_key([rows, w], norm.params.defaults)]
+        assert plan.source == "cache" and not plan.launchers
+        assert isinstance(plan.returned, functools.partial) and plan.returned.func is rms_peer_y_bare
+        y, rstd = torch.ops.tkreg.toy_rms_norm(rows, w)  # every output: the full peer fills rstd
+        want_y, want_rstd = rms_reference(rows, w)
+        torch.testing.assert_close(y, want_y)
+        torch.testing.assert_close(rstd, want_rstd)
+    finally:
+        tkreg.ops.uninstall()

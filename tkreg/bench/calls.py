@@ -107,15 +107,13 @@ def kernel_call(op: Op, kernel: Kernel, launcher: Callable[..., Any], inputs: tu
     kernels as launcher_call makes them."""
     if not kernel.replayable:
         return launcher_call(op, launcher, inputs)
+    from ..ops import choosing
     from ..ops.forms import OutputLayout, as_tuple
-    from ..ops.replaying import RecordedCall
 
     params = op.defaults
     allocate = refs.resolve(op.make_output)
-    makers = [OutputLayout.like(t).allocator() for t in as_tuple(allocate(*inputs, **harness.accepted(allocate, params)))]
-    several = len(op.outputs) > 1
-    return RecordedCall(lambda outs: launcher(*inputs, out=outs if several else outs[0], **params),
-                        lambda: tuple([new() for new in makers]), inputs, several, replayable=True)
+    layouts = [OutputLayout.like(t) for t in as_tuple(allocate(*inputs, **harness.accepted(allocate, params)))]
+    return choosing.kernel_call(launcher, inputs, layouts, params, replayable=True)  # the tuner's own candidate call
 
 
 def allocates(launcher: Callable[..., Any]) -> bool:

@@ -109,11 +109,8 @@ class OutputLayout:
     kernel_shape: tuple[Any, ...] | None = None
 
     def empty(self) -> Any:
-        import torch
-
-        if self.stride is None:
-            return torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+        """A new tensor of this layout."""
+        return self.allocator()()
 
     def allocator(self) -> Callable[[], Any]:
         """A new tensor of this layout per call, with everything but the allocation bound now."""

@@ -2,7 +2,8 @@
 # .venv on first use: CPU torch (the pinned 2.13.0), triton 3.6.0, tkreg and every plugin under
 # plugins/, installed editable the way a third-party plugin would be. numpy is listed because
 # triton's interpreter needs it and torch does not pull it in; pytest-xdist runs the suite on
-# every core.
+# every core. Installing tkreg with torch already there (no build isolation) builds its C++ plan key
+# (setup.py, tkreg/ops/native).
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,7 +19,7 @@ ARGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
+$(STAMP): pyproject.toml setup.py tkreg/ops/native/plan_key.cpp constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=77" wheel
 	$(BIN)/python -m pip install -q -c constraints.txt torch

@@ -88,6 +88,8 @@ def test_doctor_reports_versions_and_the_interpreter(site: Path) -> None:
     assert "device: no GPU: Triton interpreter" in result.stdout or "device: NVIDIA" in result.stdout
     for dist in ("python", "torch", "triton", "pluggy"):
         assert f"\n{dist} " in "\n" + result.stdout
+    key_line = next(line for line in result.stdout.splitlines() if line.startswith("tkreg.ops plan key: "))
+    assert key_line.startswith(("tkreg.ops plan key: C++ (built", "tkreg.ops plan key: Python (the C++ key is not built"))
 
 
 def test_info_shows_requirements_cases_and_tolerances(site: Path) -> None:

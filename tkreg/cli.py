@@ -234,12 +234,26 @@ def _plain(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _plan_key_state() -> str:
+    """Whether tkreg.ops' C++ plan key was built, found without importing it (it needs torch)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("tkreg.ops.native._plan_key")
+    except ImportError:
+        spec = None
+    if spec is None or spec.origin is None:
+        return "Python (the C++ key is not built: install tkreg with torch in the build, as `make install` does)"
+    return "C++ (built; used with the torch it was built for, else Python)"
+
+
 def cmd_doctor(registry: Registry, args: argparse.Namespace) -> int:
     print(f"tkreg {__version__}")
     emit(f"python {host.python_version()} ({sys.executable})", output_width(args))
     for dist in ("torch", "triton", "numpy", "pluggy", "pytest", "pytest-benchmark"):
         print(f"{dist} {installed_version(dist) or 'not installed'}")
     print(f"device: {current().describe()}")
+    emit(f"tkreg.ops plan key: {_plan_key_state()}", output_width(args))
     selected = selected_names()
     width = output_width(args)
     print(f"{ENV_VAR}: " + ("unset (all plugins)" if selected is None else repr(_env_plugins())))

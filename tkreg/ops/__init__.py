@@ -37,7 +37,7 @@ __all__ = [
 ]
 # Op names that stay reachable through get() only: they would hide this module's own names.
 _RESERVED = {
-    *__all__, "choosing", "deferred", "dispatch", "forms", "gradients", "keys", "library", "model_shapes", "remembered",
+    *__all__, "choosing", "deferred", "dispatch", "forms", "gradients", "keys", "library", "model_shapes", "native", "remembered",
     "tuning", "walltime", "warming",
 }
 

@@ -8,6 +8,10 @@ the dispatch's own time. Keys of one to MAX_UNROLLED tensors are built by functi
 from one expression (:data:`FIELDS`), as the dispatcher's fast path is (tkreg.ops.library), so
 the two can never disagree.
 
+Where tkreg.ops' C++ key is in use (:mod:`.native`), the fast paths look plans up by it instead:
+a :class:`PlanTable` keeps each plan under the Python key and, beside it, under the packed key of
+the inputs that found it (:meth:`PlanTable.alias`).
+
 Keys also travel between processes (:mod:`.remembered`): :func:`to_json` writes one as plain
 data and :func:`from_json` makes the same key again, equal and of equal hash, in a later process.
 """
@@ -18,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.signature import ALIGNMENT_CLASS_BYTES
+from . import native
 
 MASK = ALIGNMENT_CLASS_BYTES - 1  # a power of two: ptr & MASK is the alignment class
 # What a key holds of one tensor, as Python source on a name (the generated code's single source).
@@ -67,6 +72,28 @@ def plan_key(tensors: Sequence[Any], values: tuple[Any, ...]) -> tuple[Any, ...]
     """What a plan is kept under: the tensors' key, then the parameter values where the op has any."""
     key = tensors_key(tensors)
     return (*key, values) if key is not None and values else key
+
+
+class PlanTable(dict):  # type: ignore[type-arg]  # Python key -> plan
+    """A dispatcher's plans by their Python key, and in ``fast`` by the C++ key of the inputs that
+    found each (the generated fast paths' lookup where :mod:`.native` is in use). A plan is never
+    replaced under its key, so an alias stays true until the table starts over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fast: dict[Any, Any] = {}
+
+    def alias(self, inputs: Sequence[Any], values: tuple[Any, ...], plan: Any) -> None:
+        """Find ``plan`` by the C++ key of ``inputs`` (and the parameter ``values``, where the op
+        has parameters) from now on, as the generated fast paths spell it."""
+        key = native.plan_key()
+        packed = key(*inputs) if key is not None else None
+        if packed is not None:
+            self.fast[(packed, values) if values else packed] = plan
+
+    def clear(self) -> None:
+        super().clear()
+        self.fast.clear()
 
 
 # -- keys as plain data, for later processes -------------------------------------------------------

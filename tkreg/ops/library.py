@@ -44,7 +44,7 @@ import torch
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from ..core.specs import Op
-from . import keys
+from . import keys, native
 from .dispatch import NOT_TAKEN, Dispatcher
 from .gradients import NoGradientError
 
@@ -426,7 +426,7 @@ _VALUES = ", ({given}) if len(params) == {count} and {typed} else values(params)
 # autograd kernel and its packet's __call__ both begin with it (:func:`_planned_run`).
 _PLANNED_RUN = """\
 if {plain} and not is_compiling() and not (grad_enabled() and ({wanted})):
-    plan = slot.dispatcher._plans.get(({key}{values}))
+    plan = slot.dispatcher._plans{table}.get(({key}{values}))
     if plan is not None and not in_mode():
         return plan.run({names})
 """
@@ -456,25 +456,25 @@ def _planned_run(names: Sequence[str], params: Any, indent: int) -> str:
 
 
 def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
-    """What the generated fast paths spell out for inputs named ``names``."""
-    return {
-        "names": ", ".join(names),
-        "plain": " and ".join(f"type({n}) in PLAIN" for n in names),
-        "wanted": " or ".join(f"{n}.requires_grad" for n in names),
-        "key": keys.source(names),
-        "values": _values_source(params.names),
-    }
+    """What the generated fast paths spell out for inputs named ``names``: with the C++ key
+    (:mod:`.native`, which also checks that every input is a plain tensor), the plan table's
+    ``fast`` aliases; else the Python key (:func:`keys.source`) and the table itself."""
+    joined = ", ".join(names)
+    fields = {"names": joined, "wanted": " or ".join(f"{n}.requires_grad" for n in names), "values": _values_source(params.names)}
+    if native.plan_key() is not None:
+        return {**fields, "plain": "True", "key": f"native_key({joined})", "table": ".fast"}
+    return {**fields, "plain": " and ".join(f"type({n}) in PLAIN" for n in names), "key": keys.source(names), "table": ""}
 
 
 def _scope(params: Any) -> dict[str, Any]:
     """The names the generated fast paths read."""
     return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
             "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode,
-            "defaults": params.defaults, "values": params.values,
+            "defaults": params.defaults, "values": params.values, "native_key": native.plan_key(),
             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
 
 
-def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, graded: Sequence[int], slow: Callable[..., Any],
+def _unrolled_call(arity: int, plans: keys.PlanTable, params: Any, graded: Sequence[int], slow: Callable[..., Any],
                    traced: Callable[..., Any]) -> Callable[..., Any]:
     names = [f"t{i}" for i in range(arity)]
     # an input the op gives no gradient that wants one: the slow path's own error, or None
@@ -483,7 +483,8 @@ def _unrolled_call(arity: int, plans: dict[Any, Any], params: Any, graded: Seque
         defaults=", ".join(f"{n}=MISSING" for n in names), no_params="" if params.names else "not params and ",
         ungraded=ungraded, **_fields(names, params),
     )
-    return keys.generated(text, "call", {**_scope(params), "plans": plans, "slow": slow, "traced": traced})
+    table = plans.fast if native.plan_key() is not None else plans  # as _fields spells the key
+    return keys.generated(text, "call", {**_scope(params), "plans": table, "slow": slow, "traced": traced})
 
 
 def _operator_call(arity: int, slot: Slot, other: Callable[..., Any]) -> Callable[..., Any]:

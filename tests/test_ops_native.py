@@ -1,0 +1,170 @@
+"""tkreg.ops' plan key in C++ (tkreg.ops.native): it tells tensors apart exactly where the Python
+key does, refuses what it cannot key (so those calls take the checked path), says why it is not
+in use, and the fast path finds plans alike with it and without it."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tkreg  # noqa: E402
+from tests.ops_support import (  # noqa: E402
+    CALLS,
+    RMS_FORWARD,
+    RmsPlugin,
+    ToyPlugin,
+    choice_by_priority,
+    install,
+    registry_with,
+    same_alignment_as,
+    toy_kernel,
+    toy_mul_torch,
+)
+from tkreg.ops import keys, native  # noqa: E402
+
+built = pytest.mark.skipif(
+    native.plan_key() is None, reason=f"the C++ plan key is not in use here: {native.status()}"
+)
+
+
+def _alike_in_python(tensors: list[Any]) -> Iterator[tuple[Any, Any, bool]]:
+    for a, b in itertools.combinations(tensors, 2):
+        yield a, b, keys.tensors_key([a]) == keys.tensors_key([b])
+
+
+def _many_tensors() -> list[Any]:
+    base = torch.randn(64, 64)
+    flat = torch.randn(4097)
+    return [
+        base, base.clone(), base.t(), base[1:], base[:, 1:], base[::2], base.reshape(4096), base.reshape(16, 256),
+        base.double(), base.half(), base.to(torch.bfloat16), base.int(), base.long(), base.bool(),
+        flat[1:], flat[2:], flat[4:], flat[32:], flat[:4096].view(64, 64), flat[1:4097].view(64, 64),
+        torch.randn(64, 1).expand(64, 64), torch.randn(1, 64).expand(64, 64), torch.tensor(3.0), torch.zeros(0, 64),
+        torch.nn.Parameter(base.clone()), base.unsqueeze(0), torch.empty(64, 64, device="meta"),
+        torch.randn(2, 3, 4, 5, 6, 7).permute(5, 3, 1, 0, 2, 4),
+    ]  # fmt: skip
+
+
+@built
+def test_the_cpp_key_tells_tensors_apart_exactly_where_the_python_key_does() -> None:
+    key = native.plan_key()
+    tensors = _many_tensors()
+    compared = 0
+    for a, b, alike in _alike_in_python(tensors):
+        got_a, got_b = key(a), key(b)
+        if got_a is None or got_b is None:  # refused: the checked path keys it in Python
+            continue
+        compared += 1
+        assert (got_a == got_b) == alike, (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride())
+    assert compared > 300
+    # and for several inputs at once: the same tensors in another order are another signature
+    a, b = tensors[0], tensors[2]
+    assert key(a, b) != key(b, a) and key(a, b) == key(same_alignment_as(a, seed=1), b) and key(a, b) != key(a)
+
+
+@built
+def test_the_cpp_key_refuses_what_it_cannot_key() -> None:
+    key = native.plan_key()
+
+    class Sub(torch.Tensor):
+        pass
+
+    x = torch.randn(4, 4)
+    refused = [
+        x.as_subclass(Sub), 3, "x", None, object(), torch.randn(4, 4).to_sparse(),
+        torch.randn(4, dtype=torch.complex64).conj(), torch._neg_view(torch.randn(4, dtype=torch.complex64)),
+    ]  # fmt: skip
+    for thing in refused:
+        assert key(thing) is None
+        assert key(x, thing) is None  # any input refused: the whole call is
+    assert key() == b""
+
+
+def test_the_status_says_why_it_is_not_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    native._load.cache_clear()
+    monkeypatch.setenv(native.ENV, "0")
+    try:
+        assert native.plan_key() is None
+        assert native.status().startswith("off (TKREG_NATIVE=0)")
+    finally:
+        monkeypatch.delenv(native.ENV)
+        native._load.cache_clear()
+    try:
+        from tkreg.ops.native import _plan_key  # type: ignore[attr-defined]
+    except ImportError:
+        assert native.plan_key() is None and native.status().startswith("not built")
+        return
+    monkeypatch.setattr(_plan_key, "torch_version", "0.0.1")
+    native._load.cache_clear()
+    try:
+        assert native.plan_key() is None
+        assert f"built for torch 0.0.1, not this torch {torch.__version__}" in native.status()
+    finally:
+        monkeypatch.undo()
+        native._load.cache_clear()
+    assert native.plan_key() is not None and native.status().startswith("in use")
+
+
+@pytest.fixture(params=["cpp", "python"])
+def key_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[str]:
+    """tkreg.ops with toy_mul and toy_rms_norm, its fast paths generated with the C++ key or the
+    Python one."""
+    if request.param == "cpp" and native.plan_key() is None:
+        pytest.skip(f"the C++ plan key is not in use here: {native.status()}")
+    choice_by_priority(monkeypatch, tmp_path)
+    if request.param == "python":
+        monkeypatch.setenv(native.ENV, "0")
+    native._load.cache_clear()
+    CALLS.clear()
+    install(registry_with(ToyPlugin(toy_kernel("toy_mul_kernel", toy_mul_torch)), RmsPlugin(RMS_FORWARD)))
+    try:
+        yield request.param
+    finally:
+        tkreg.ops.uninstall()
+        monkeypatch.delenv(native.ENV, raising=False)
+        native._load.cache_clear()
+        CALLS.clear()
+
+
+def test_the_fast_path_finds_plans_with_either_key(key_mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkreg.ops import library
+
+    dispatchers = tkreg.ops._installed["dispatchers"]
+    mul, rms = dispatchers["toy_mul"], dispatchers["toy_rms_norm"]
+    x, y, w = torch.randn(5, 7), torch.randn(5, 7), torch.randn(7)
+    first = tkreg.ops.toy_mul(x, y), tkreg.ops.toy_rms_norm(x, w, eps=0.25)
+    slow: list[Any] = []
+    way_of = library.way_of
+    monkeypatch.setattr(library, "way_of", lambda inputs: slow.append(inputs) or way_of(inputs))
+    for dispatcher in (mul, rms):
+        monkeypatch.setattr(dispatcher, "plan", lambda *a, **k: pytest.fail("planned again"))
+    with torch.no_grad():
+        again = tkreg.ops.toy_mul(x, y), tkreg.ops.toy_rms_norm(x, w, eps=0.25)
+        # another tensor of the same signature finds the plan too; another signature does not
+        tkreg.ops.toy_mul(same_alignment_as(x, seed=3), y)
+    assert slow == []
+    torch.testing.assert_close(again[0], x * y, rtol=0, atol=0)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    expected_fast = 2 if key_mode == "cpp" else 0  # one alias per planned signature
+    assert len(mul._plans.fast) + len(rms._plans.fast) == expected_fast
+    monkeypatch.undo()
+    with torch.no_grad():
+        tkreg.ops.toy_mul(x.t(), y.t())  # a new signature: planned on the checked path, then fast
+    assert len(mul._plans) == 2 and len(mul._plans.fast) == (2 if key_mode == "cpp" else 0)
+
+
+def test_a_table_starting_over_forgets_its_aliases(key_mode: str) -> None:
+    mul = tkreg.ops._installed["dispatchers"]["toy_mul"]
+    x = torch.randn(3, 3)
+    tkreg.ops.toy_mul(x, x)
+    assert len(mul._plans.fast) == (1 if key_mode == "cpp" else 0)
+    mul._plans.clear()
+    assert not mul._plans and not mul._plans.fast
+    with torch.no_grad():
+        torch.testing.assert_close(tkreg.ops.toy_mul(x, x), x * x, rtol=0, atol=0)
+    assert len(mul._plans) == 1 and len(mul._plans.fast) == (1 if key_mode == "cpp" else 0)

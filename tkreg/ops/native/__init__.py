@@ -1,0 +1,51 @@
+"""tkreg.ops' plan key in C++ (``plan_key.cpp``), where it was built for the torch in use.
+
+On a launch-bound call the host's work is what the caller waits for, and in Python the key a plan
+is kept under (five fields per input tensor, :mod:`tkreg.ops.keys`) costs about as much as
+torch's own dispatch. The extension reads the same fields from the tensors in one call.
+
+It is built when tkreg is installed with torch importable in the build (``pip install
+--no-build-isolation``, as ``make install`` does; see setup.py), against that torch. It is used
+only where the torch imported now is the one it was built for; otherwise, where it was not built
+(no C++ compiler, an isolated build), or where ``TKREG_NATIVE=0``, tkreg.ops builds its keys in
+Python, with the same plans and results. ``tkreg doctor`` says which.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+ENV = "TKREG_NATIVE"
+
+
+def plan_key() -> Callable[..., Any] | None:
+    """``key(*tensors) -> bytes | None`` (see plan_key.cpp), or None where it is not in use."""
+    return _load()[0]
+
+
+def status() -> str:
+    """Whether the C++ key is in use, and if not, why: a line for ``tkreg doctor``."""
+    return _load()[1]
+
+
+@functools.cache  # loaded on first use: importing tkreg.ops imports no torch
+def _load() -> tuple[Callable[..., Any] | None, str]:
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+        return None, f"off ({ENV}=0): plan keys are built in Python"
+    import torch
+
+    from ...core.signature import ALIGNMENT_CLASS_BYTES
+
+    try:
+        from . import _plan_key  # type: ignore[attr-defined]
+    except ImportError as e:
+        return None, f"not built ({e}); plan keys are built in Python (reinstall with torch in the build to build it)"
+    if _plan_key.torch_version != torch.__version__:
+        return None, (f"built for torch {_plan_key.torch_version}, not this torch {torch.__version__}; plan keys are "
+                      "built in Python (reinstall tkreg to rebuild it)")  # fmt: skip
+    _plan_key.plain((torch.Tensor, torch.nn.Parameter), ALIGNMENT_CLASS_BYTES)
+    return _plan_key.key, f"in use (built for torch {_plan_key.torch_version})"
+

@@ -19,7 +19,8 @@ def native_extension() -> dict:
     try:
         import torch
         from torch.utils.cpp_extension import BuildExtension, CppExtension
-    except ImportError:
+    except ImportError as e:
+        print(f"tkreg: torch is not importable in this build ({e}); the native plan key is not built", file=sys.stderr)
         return {}
 
     class OptionalBuild(BuildExtension):

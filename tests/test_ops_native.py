@@ -68,6 +68,29 @@ def test_the_cpp_key_tells_tensors_apart_exactly_where_the_python_key_does() -> 
 
 
 @built
+def test_a_python_key_packs_to_the_bytes_of_its_tensors() -> None:
+    """What a plan made without tensors (a remembered signature) is filed under in the fast table
+    is what a call with such tensors looks up."""
+    key, pack = native.plan_key(), native.packer()
+    assert pack is not None
+    tensors = _many_tensors()
+    for t in tensors:
+        assert pack(keys.tensors_key([t])) == key(t)
+    for a, b in itertools.pairwise(tensors):
+        assert pack(keys.tensors_key([a, b])) == key(a, b)
+    remembered = keys.from_json(keys.to_json(keys.tensors_key([tensors[0], tensors[2]]), False), False)
+    assert pack(remembered) == key(tensors[0], tensors[2])
+    with_values, without = keys.PlanTable(has_params=True), keys.PlanTable(has_params=False)
+    with_values[keys.plan_key([tensors[0]], (0.5, True))] = "planned"
+    without[keys.tensors_key(tensors[:2])] = "planned"
+    assert with_values.fast == {(key(tensors[0]), (0.5, True)): "planned"}
+    assert without.fast == {key(*tensors[:2]): "planned"}
+    for bad in ((1, 2, 3, 4, 5), (torch.float32,), (torch.float32, (2,), (1, 1), torch.device("cpu"), 0)):
+        with pytest.raises(TypeError):
+            pack(bad)
+
+
+@built
 def test_the_cpp_key_refuses_what_it_cannot_key() -> None:
     key = native.plan_key()
 
@@ -150,7 +173,7 @@ def test_the_fast_path_finds_plans_with_either_key(key_mode: str, monkeypatch: p
     assert slow == []
     torch.testing.assert_close(again[0], x * y, rtol=0, atol=0)
     torch.testing.assert_close(again, first, rtol=0, atol=0)
-    expected_fast = 2 if key_mode == "cpp" else 0  # one alias per planned signature
+    expected_fast = 2 if key_mode == "cpp" else 0  # one packed key per planned signature
     assert len(mul._plans.fast) + len(rms._plans.fast) == expected_fast
     monkeypatch.undo()
     with torch.no_grad():

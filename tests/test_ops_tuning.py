@@ -283,10 +283,15 @@ def test_a_later_process_runs_a_signature_whose_measured_choice_is_the_peer_with
     assert planned == [] and TIMED == []  # the remembered signature: no plan, no timing
     # reading what was remembered made the plans of the other signatures the peer runs: their first
     # calls take tkreg.ops' fast path, as later calls do
-    from tkreg.ops import keys
+    from tkreg.ops import keys, library
 
     assert keys.tensors_key([other, other]) in fresh._installed["dispatchers"]["toy_mul"]._plans
-    torch.testing.assert_close(fresh.toy_mul(other, other), other * other)
+    slow: list[Any] = []
+    way_of = library.way_of
+    monkeypatch.setattr(library, "way_of", lambda inputs: slow.append(inputs) or way_of(inputs))
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.toy_mul(other, other), other * other)
+    assert slow == []  # found on the fast path at its first call (by the C++ key too, where in use)
     assert fresh.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer: faster for these inputs")
     planned.clear()
     fresh.toy_mul(torch.randn(60, 60, device=DEVICE), torch.randn(60, 60, device=DEVICE))  # another signature, same bucket

@@ -159,7 +159,7 @@ class Dispatcher:
         self.returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
         self.kernels_own_outputs = len(self.returned) < len(op.outputs)
         self.pick = _picker(len(op.outputs), self.returned)
-        self._plans = keys.PlanTable()  # Python key -> Plan, and C++ key aliases (keys.PlanTable)
+        self._plans = keys.PlanTable(bool(self.params.names))  # Python key -> Plan, and its C++ key (keys.PlanTable)
         self._backward_plans: dict[Any, BackwardPlan] = {}
         self._launchers: dict[str, Callable[..., Any]] = {}
         self._warned: set[str] = set()
@@ -335,8 +335,6 @@ class Dispatcher:
                 if len(self._plans) >= PLAN_CACHE_SIZE:
                     self._plans.clear()
                 self._plans[key] = plan
-        if key is not None:
-            self._plans.alias(inputs, values, plan)  # the fast paths find it by the C++ key from now on
         return plan
 
     def prepare(self, plan: Plan, inputs: Sequence[Any]) -> None:

@@ -10,7 +10,7 @@ the two can never disagree.
 
 Where tkreg.ops' C++ key is in use (:mod:`.native`), the fast paths look plans up by it instead:
 a :class:`PlanTable` keeps each plan under the Python key and, beside it, under the packed key of
-the inputs that found it (:meth:`PlanTable.alias`).
+the same signature, packed from the Python key (:class:`PlanTable`).
 
 Keys also travel between processes (:mod:`.remembered`): :func:`to_json` writes one as plain
 data and :func:`from_json` makes the same key again, equal and of equal hash, in a later process.
@@ -75,21 +75,21 @@ def plan_key(tensors: Sequence[Any], values: tuple[Any, ...]) -> tuple[Any, ...]
 
 
 class PlanTable(dict):  # type: ignore[type-arg]  # Python key -> plan
-    """A dispatcher's plans by their Python key, and in ``fast`` by the C++ key of the inputs that
-    found each (the generated fast paths' lookup where :mod:`.native` is in use). A plan is never
-    replaced under its key, so an alias stays true until the table starts over."""
+    """A dispatcher's plans by their Python key, and in ``fast`` by the C++ key of the same
+    signature (:mod:`.native`: the generated fast paths' lookup where it is in use), packed from the
+    Python key as each plan is kept, so a plan made without tensors (a remembered signature) is
+    found on the fast path too. A plan is never replaced under its key; the two start over together."""
 
-    def __init__(self) -> None:
+    def __init__(self, has_params: bool) -> None:
         super().__init__()
         self.fast: dict[Any, Any] = {}
+        self.has_params = has_params
+        self._pack = native.packer()
 
-    def alias(self, inputs: Sequence[Any], values: tuple[Any, ...], plan: Any) -> None:
-        """Find ``plan`` by the C++ key of ``inputs`` (and the parameter ``values``, where the op
-        has parameters) from now on, as the generated fast paths spell it."""
-        key = native.plan_key()
-        packed = key(*inputs) if key is not None else None
-        if packed is not None:
-            self.fast[(packed, values) if values else packed] = plan
+    def __setitem__(self, key: tuple[Any, ...], plan: Any) -> None:
+        super().__setitem__(key, plan)
+        if self._pack is not None:  # the fast paths' spelling: packed tensors, then the values if any
+            self.fast[(self._pack(key[:-1]), key[-1]) if self.has_params else self._pack(key)] = plan
 
     def clear(self) -> None:
         super().clear()

@@ -23,7 +23,15 @@ ENV = "TKREG_NATIVE"
 
 def plan_key() -> Callable[..., Any] | None:
     """``key(*tensors) -> bytes | None`` (see plan_key.cpp), or None where it is not in use."""
-    return _load()[0]
+    module = _load()[0]
+    return module.key if module is not None else None
+
+
+def packer() -> Callable[[tuple[Any, ...]], bytes] | None:
+    """``pack(fields) -> bytes``: what ``key`` returns for tensors whose Python key's flat fields
+    are ``fields``; None where the C++ key is not in use."""
+    module = _load()[0]
+    return module.pack if module is not None else None
 
 
 def status() -> str:
@@ -32,7 +40,7 @@ def status() -> str:
 
 
 @functools.cache  # loaded on first use: importing tkreg.ops imports no torch
-def _load() -> tuple[Callable[..., Any] | None, str]:
+def _load() -> tuple[Any, str]:
     if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
         return None, f"off ({ENV}=0): plan keys are built in Python"
     import torch
@@ -47,5 +55,4 @@ def _load() -> tuple[Callable[..., Any] | None, str]:
         return None, (f"built for torch {_plan_key.torch_version}, not this torch {torch.__version__}; plan keys are "
                       "built in Python (reinstall tkreg to rebuild it)")  # fmt: skip
     _plan_key.plain((torch.Tensor, torch.nn.Parameter), ALIGNMENT_CLASS_BYTES)
-    return _plan_key.key, f"in use (built for torch {_plan_key.torch_version})"
-
+    return _plan_key, f"in use (built for torch {_plan_key.torch_version})"

@@ -3,15 +3,21 @@
 // In Python the key of two tensors (dtype, shape, strides, device and alignment class of each)
 // costs about 1.5 us a call on a launch-bound op, as much as torch's own dispatch; here it is one
 // call that reads the TensorImpl and returns its fields packed in a bytes object (hashing and
-// comparing one bytes object is cheaper than a tuple of torch objects). The packed key is an alias:
-// the dispatcher keeps its plans under the Python key (tkreg/ops/keys.py) and remembers, for each
-// plan, the packed key of the inputs that found it, so the two spellings never have to agree byte
-// for byte, only on which tensors are alike.
+// comparing one bytes object is cheaper than a tuple of torch objects). The packed key is a second
+// spelling: the dispatcher keeps its plans under the Python key (tkreg/ops/keys.py) and files each
+// one under the packed key too, made by pack() below from the Python key, which must give the very
+// bytes key() gives for the tensors (tests/test_ops_native.py holds them to it).
+//
+// pack(fields) makes the same bytes from a Python key's flat fields (dtype, shape, strides, device,
+// alignment class per tensor), so that a plan made without tensors (one an earlier process
+// remembered) is found on the fast path from its first call.
 //
 // key(*tensors) returns None, never raises, where an input is not of a plain type (set with
 // plain(types)), is not strided, carries a conjugate or negative bit, or cannot be read: the
 // caller then takes its checked path.
 #include <Python.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -40,11 +46,33 @@ bool is_plain(PyObject* obj) {
 }
 
 // Header word of one tensor: dtype, device type and index, and rank, each in its own bits.
-int64_t header(const at::Tensor& t) {
-  const c10::Device device = t.device();
-  return static_cast<int64_t>(static_cast<uint8_t>(t.scalar_type())) |
-         (static_cast<int64_t>(static_cast<uint8_t>(device.type())) << 8) |
-         (static_cast<int64_t>(static_cast<uint8_t>(device.index() + 1)) << 16) | (static_cast<int64_t>(t.dim()) << 32);
+int64_t header(c10::ScalarType dtype, c10::Device device, int64_t dim) {
+  return static_cast<int64_t>(static_cast<uint8_t>(dtype)) | (static_cast<int64_t>(static_cast<uint8_t>(device.type())) << 8) |
+         (static_cast<int64_t>(static_cast<uint8_t>(device.index() + 1)) << 16) | (dim << 32);
+}
+
+// The words of one (dtype, shape, strides, device, alignment) as key() writes them; false where the
+// fields are not of those types.
+bool pack_fields(PyObject* const* f, std::vector<int64_t>& words) {
+  PyObject *dtype = f[0], *shape = f[1], *strides = f[2], *device = f[3], *align = f[4];
+  if (!THPDtype_Check(dtype) || !PyTuple_Check(shape) || !PyTuple_Check(strides) || !THPDevice_Check(device) ||
+      !PyLong_Check(align)) {
+    return false;
+  }
+  const Py_ssize_t dim = PyTuple_GET_SIZE(shape);
+  if (PyTuple_GET_SIZE(strides) != dim) return false;
+  words.push_back(header(reinterpret_cast<THPDtype*>(dtype)->scalar_type, reinterpret_cast<THPDevice*>(device)->device, dim));
+  for (PyObject* dims : {shape, strides}) {
+    for (Py_ssize_t d = 0; d < dim; ++d) {
+      const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(dims, d));
+      if (v == -1 && PyErr_Occurred()) return false;
+      words.push_back(v);
+    }
+  }
+  const long long a = PyLong_AsLongLong(align);
+  if (a == -1 && PyErr_Occurred()) return false;
+  words.push_back(a);
+  return true;
 }
 
 PyObject* key(PyObject* /*module*/, PyObject* const* args, Py_ssize_t count) {
@@ -66,7 +94,7 @@ PyObject* key(PyObject* /*module*/, PyObject* const* args, Py_ssize_t count) {
         if (words == small) std::memcpy(large.data(), small, used * sizeof(int64_t));
         words = large.data();
       }
-      words[used++] = header(t);
+      words[used++] = header(t.scalar_type(), t.device(), dim);
       const auto sizes = t.sizes();
       const auto strides = t.strides();
       for (int64_t d = 0; d < dim; ++d) words[used++] = sizes[d];
@@ -79,6 +107,22 @@ PyObject* key(PyObject* /*module*/, PyObject* const* args, Py_ssize_t count) {
     Py_RETURN_NONE;
   }
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words), used * static_cast<Py_ssize_t>(sizeof(int64_t)));
+}
+
+PyObject* pack(PyObject* /*module*/, PyObject* fields) {
+  if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) % 5 != 0) {
+    PyErr_SetString(PyExc_TypeError, "pack() takes a flat tuple of (dtype, shape, strides, device, alignment) per tensor");
+    return nullptr;
+  }
+  std::vector<int64_t> words;
+  PyObject** items = PySequence_Fast_ITEMS(fields);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i += 5) {
+    if (!pack_fields(items + i, words)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "pack(): not the fields of a plan key");
+      return nullptr;
+    }
+  }
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words.data()), static_cast<Py_ssize_t>(words.size() * sizeof(int64_t)));
 }
 
 PyObject* plain(PyObject* /*module*/, PyObject* args) {
@@ -113,6 +157,7 @@ PyObject* plain(PyObject* /*module*/, PyObject* args) {
 PyMethodDef methods[] = {
     {"key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(key)), METH_FASTCALL,
      "key(*tensors) -> bytes | None: the packed plan key of these tensors (None: take the checked path)"},
+    {"pack", pack, METH_O, "pack(fields) -> bytes: the packed key of a Python key's flat tensor fields"},
     {"plain", plain, METH_VARARGS, "plain(types, alignment_bytes): the exact tensor types key() accepts, and the alignment class"},
     {nullptr, nullptr, 0, nullptr}};
 

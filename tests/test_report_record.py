@@ -198,6 +198,9 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "| add | tkreg.ops.add, gradient wanted | - | 25.0 | - | 1.25x |" in text  # against the peer's, graded
     assert "| add | tkreg.ops.add | - | 13.0 | - | 1.30x |" in text  # still against the ungraded call
     assert "add 1.30x (operator +2.5 us; 1.25x with a gradient wanted)." in text
+    assert "plan key" not in text  # older data did not say which key was used
+    host["summary"]["plan_key"] = "in use (built for torch 2.11.0+cu130)"
+    assert "tkreg.ops' plan key (C++ or Python, see tkreg.ops.native): in use (built for torch 2.11.0+cu130)." in host_table(host)
     figures = [("bfloat16", "cuBLAS", 27.0, 1.0, True), ("bfloat16", "tkreg.ops", 24.5, 0.9, True),
                ("float16", "cuBLAS", 27.0, 1.0, True), ("float16", "tkreg.ops", 33.0, 1.25, False)]  # fmt: skip
     linear = {"rows": [{"op": "mm", "M": 16, "N": 4096, "K": 4096, "layout": "nk", "dtype": d, "impl": impl, "ms": 0.01,

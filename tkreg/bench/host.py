@@ -46,6 +46,7 @@ from .suites import Deadline, Measured
 
 TORCH, OPS, OPERATOR = "torch", "ops", "operator"  # the paths the summary's goals compare
 TORCH_GRAD, OPS_GRAD = "torch_grad", "ops_grad"  # the same forwards, on inputs that want a gradient
+PLAN_KEY = "plan_key"  # the summary's line on tkreg.ops' plan key (tkreg.ops.native.status())
 SIDE = 256  # every dim: small enough that the host, not the GPU, sets the pace
 CALLS = 1000
 ROUNDS = 9
@@ -121,6 +122,7 @@ def plain_kernel_call() -> Callable[[], Any]:
 
 def measure(deadline: Deadline) -> Measured:
     from .. import ops
+    from ..ops import native
 
     registry = default_registry()
     rows: list[dict[str, Any]] = []
@@ -170,6 +172,7 @@ def measure(deadline: Deadline) -> Measured:
              "allocating its own output (goal <= 1.3), torch.ops.tkreg minus tkreg.ops in us (goal <= 5), tkreg.ops "
              "over the peer on inputs that want a gradient (grad_ops_over_torch). What "
              "tkreg.ops decided at these inputs: " + " / ".join(decisions))  # fmt: skip
+    summary[PLAN_KEY] = native.status()  # whether the fast path's key was read in C++ or built in Python
     return Measured(kind="host_overhead", rows=rows, notes=notes, summary=summary)
 
 

@@ -251,6 +251,9 @@ def host_table(document: Mapping[str, Any]) -> str:
         text += ("\n\ntkreg.ops against torch's own allocating call (goal: at most 1.3x), what torch.ops.tkreg "
                  "costs beyond it (goal: at most 5 us), and tkreg.ops against the peer's call where the inputs want "
                  "a gradient: " + ", ".join(said) + ".")  # fmt: skip
+    plan_key = (document.get("summary") or {}).get("plan_key")
+    if isinstance(plan_key, str):
+        text += f" tkreg.ops' plan key (C++ or Python, see tkreg.ops.native): {plan_key}."
     return text
 
 

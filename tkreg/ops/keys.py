@@ -9,8 +9,8 @@ from one expression (:data:`FIELDS`), as the dispatcher's fast path is (tkreg.op
 the two can never disagree.
 
 Where tkreg.ops' C++ key is in use (:mod:`.native`), the fast paths look plans up by it instead:
-a :class:`PlanTable` keeps each plan under the Python key and, beside it, under the packed key of
-the same signature, packed from the Python key (:class:`PlanTable`).
+a :class:`PlanTable` keeps each plan under the Python key and, beside it, under the C++ key of
+the same signature, packed from the Python key.
 
 Keys also travel between processes (:mod:`.remembered`): :func:`to_json` writes one as plain
 data and :func:`from_json` makes the same key again, equal and of equal hash, in a later process.

@@ -458,7 +458,7 @@ def _planned_run(names: Sequence[str], params: Any, indent: int) -> str:
 def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
     """What the generated fast paths spell out for inputs named ``names``: with the C++ key
     (:mod:`.native`, which also checks that every input is a plain tensor), the plan table's
-    ``fast`` aliases; else the Python key (:func:`keys.source`) and the table itself."""
+    plans by packed key (``fast``); else the Python key (:func:`keys.source`) and the table itself."""
     joined = ", ".join(names)
     fields = {"names": joined, "wanted": " or ".join(f"{n}.requires_grad" for n in names), "values": _values_source(params.names)}
     if native.plan_key() is not None:

@@ -49,4 +49,4 @@ test: $(INSTALL)
 	$(BIN)/python -m pytest --tkreg -n auto $(ARGS)
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) tkreg/ops/native/*.so

@@ -479,11 +479,12 @@ def _unrolled_call(arity: int, plans: keys.PlanTable, params: Any, graded: Seque
     names = [f"t{i}" for i in range(arity)]
     # an input the op gives no gradient that wants one: the slow path's own error, or None
     ungraded = " or ".join(f"{n}.requires_grad" for i, n in enumerate(names) if i not in graded) or "False"
+    fields = _fields(names, params)
     text = _UNROLLED.format(
         defaults=", ".join(f"{n}=MISSING" for n in names), no_params="" if params.names else "not params and ",
-        ungraded=ungraded, **_fields(names, params),
+        ungraded=ungraded, **fields,
     )
-    table = plans.fast if native.plan_key() is not None else plans  # as _fields spells the key
+    table = plans.fast if fields["table"] else plans  # the table the key _fields spells is kept in
     return keys.generated(text, "call", {**_scope(params), "plans": table, "slow": slow, "traced": traced})
 
 

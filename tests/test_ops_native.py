@@ -109,28 +109,28 @@ def test_the_cpp_key_refuses_what_it_cannot_key() -> None:
 
 
 def test_the_status_says_why_it_is_not_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each state in turn, whatever TKREG_NATIVE the run itself has (the state it had is
+    loaded again at the end)."""
     native._load.cache_clear()
-    monkeypatch.setenv(native.ENV, "0")
     try:
+        monkeypatch.setenv(native.ENV, "0")
         assert native.plan_key() is None
         assert native.status().startswith("off (TKREG_NATIVE=0)")
-    finally:
         monkeypatch.delenv(native.ENV)
         native._load.cache_clear()
-    try:
-        from tkreg.ops.native import _plan_key  # type: ignore[attr-defined]
-    except ImportError:
-        assert native.plan_key() is None and native.status().startswith("not built")
-        return
-    monkeypatch.setattr(_plan_key, "torch_version", "0.0.1")
-    native._load.cache_clear()
-    try:
+        try:
+            from tkreg.ops.native import _plan_key  # type: ignore[attr-defined]
+        except ImportError:
+            assert native.plan_key() is None and native.status().startswith("not built")
+            return
+        assert native.plan_key() is not None and native.status().startswith("in use")
+        monkeypatch.setattr(_plan_key, "torch_version", "0.0.1")
+        native._load.cache_clear()
         assert native.plan_key() is None
         assert f"built for torch 0.0.1, not this torch {torch.__version__}" in native.status()
     finally:
         monkeypatch.undo()
         native._load.cache_clear()
-    assert native.plan_key() is not None and native.status().startswith("in use")
 
 
 @pytest.fixture(params=["cpp", "python"])

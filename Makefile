@@ -19,7 +19,7 @@ ARGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py tkreg/ops/native/plan_key.cpp constraints.txt $(wildcard plugins/*/pyproject.toml)
+$(STAMP): pyproject.toml setup.py $(wildcard tkreg/ops/native/*.cpp tkreg/ops/native/*.h) constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=77" wheel
 	$(BIN)/python -m pip install -q -c constraints.txt torch

@@ -1,4 +1,4 @@
-"""Builds tkreg.ops' plan key in C++ (tkreg/ops/native) where torch is importable in the build.
+"""Builds tkreg.ops' plan key and planned call in C++ (tkreg/ops/native) where torch is importable in the build.
 
 Everything else is in pyproject.toml. torch is not a build requirement: an isolated build (pip's
 default) has none and installs tkreg without the extension, as does a machine without a C++
@@ -12,7 +12,7 @@ import sys
 
 from setuptools import setup
 
-SOURCE = "tkreg/ops/native/plan_key.cpp"
+SOURCES = ["tkreg/ops/native/plan_key.cpp", "tkreg/ops/native/fast_call.cpp"]
 
 
 def native_extension() -> dict:
@@ -36,7 +36,7 @@ def native_extension() -> dict:
     version = torch.__version__
     extension = CppExtension(
         "tkreg.ops.native._plan_key",
-        [SOURCE],
+        SOURCES,
         define_macros=[("TKREG_TORCH_VERSION", f'"{version}"')],
         extra_compile_args=["-O2", "-w"],
     )

@@ -1,10 +1,14 @@
 """The dispatch suite's shapes nobody chose: drawn at run time from a recorded seed, across the
 sizes each op's contract names, within the memory bound, in the op's benchmark dtypes and layouts;
-and its comparison of Inductor's generated code (the ``call`` a compiled module runs)."""
+its comparison of Inductor's generated code (the ``call`` a compiled module runs); and the warm
+calls a cold process's first calls are compared with."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+
+import pytest
 
 import tkreg
 from tkreg.bench import dispatch
@@ -58,3 +62,25 @@ def test_another_call_compares_unequal_and_a_module_without_one_gives_nothing() 
     theirs = ours.replace("extern_kernels.mm(arg0_1, arg0_1", "torch.ops.tkreg_dispatch.matmul.default(arg0_1, arg0_1")
     assert dispatch._wrapper_calls([ours]) != dispatch._wrapper_calls([theirs])
     assert dispatch._wrapper_calls(["x = 1\n"]) == []
+
+
+def test_a_warm_call_after_the_same_work_is_timed_right_after_the_other_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison for a first call: each side timed right after ten of the other's calls, a
+    call costing more right after the other's (as a host's cold caches make it)."""
+    import torch
+
+    clock, log = [0.0], []
+
+    def called(name: str, cold_us: float, warm_us: float) -> Callable[[], None]:
+        def call() -> None:
+            clock[0] += (cold_us if log and log[-1] != name else warm_us) * 1e-6
+            log.append(name)
+
+        return call
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(dispatch.time, "perf_counter", lambda: clock[0])
+    after_peer, after_tkreg = dispatch._after_each_other(called("tkreg", 90.0, 30.0), called("peer", 50.0, 20.0))
+    assert after_peer == pytest.approx(90.0) and after_tkreg == pytest.approx(50.0)
+    one_round = ["tkreg"] * 10 + ["peer"] * 11 + ["tkreg"]
+    assert log == one_round * 3

@@ -191,3 +191,85 @@ def test_a_table_starting_over_forgets_its_aliases(key_mode: str) -> None:
     with torch.no_grad():
         torch.testing.assert_close(tkreg.ops.toy_mul(x, x), x * x, rtol=0, atol=0)
     assert len(mul._plans) == 1 and len(mul._plans.fast) == (1 if key_mode == "cpp" else 0)
+
+
+def _outcomes() -> list[Any]:
+    """What tkreg.ops gives for calls its fast path does not take, and for ones it does: each
+    call's result, or its error's type and message."""
+    g = torch.Generator().manual_seed(5)
+    x, y, w = (torch.randn(*shape, generator=g) for shape in ((5, 7), (5, 7), (7,)))
+    mul, rms = tkreg.ops.toy_mul, tkreg.ops.toy_rms_norm
+    calls = [
+        lambda: mul(x, y), lambda: mul(x, y), lambda: mul(x), lambda: mul(x, y, y), lambda: mul(x, 3.0),
+        lambda: mul(x, y, scale=2.0), lambda: mul(x, y.double()), lambda: rms(x, w), lambda: rms(x, w, eps=0.25),
+        lambda: rms(x, w, eps=1), lambda: rms(x, w, eps="big"), lambda: rms(x, w, epsilon=0.1),
+        lambda: rms(x=x, weight=w), lambda: rms(x, weight=w, eps=0.5), lambda: rms(x.t().contiguous().t(), w),
+        lambda: mul(x.requires_grad_(), y), lambda: rms(x, w.requires_grad_()),
+    ]  # fmt: skip
+    got: list[Any] = []
+    for call in calls:
+        try:
+            result = call()
+        except Exception as e:
+            got.append((type(e).__name__, str(e)))
+        else:
+            got.append([t.detach() for t in (result if isinstance(result, tuple) else (result,))])
+    return got
+
+
+def test_the_cpp_call_answers_every_call_as_the_python_one_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """tkreg.ops.<op> is one C++ builtin where the extension is in use; calls it does not take
+    itself (a missing, extra or keyword input, a non-tensor, parameters unnamed, misnamed or of
+    another type, inputs that want a gradient) get what the Python fast path gives them."""
+    import types
+
+    if native.fast_caller() is None:
+        pytest.skip(f"the C++ plan key is not in use here: {native.status()}")
+    choice_by_priority(monkeypatch, tmp_path)
+    answers = {}
+    for mode in ("cpp", "python"):
+        if mode == "python":
+            monkeypatch.setenv(native.ENV, "0")
+        native._load.cache_clear()
+        install(registry_with(ToyPlugin(toy_kernel("toy_mul_kernel", toy_mul_torch)), RmsPlugin(RMS_FORWARD)))
+        try:
+            kind = types.BuiltinFunctionType if mode == "cpp" else types.FunctionType
+            assert isinstance(tkreg.ops.toy_mul, kind) and isinstance(tkreg.ops.toy_rms_norm, kind)
+            answers[mode] = _outcomes()
+        finally:
+            tkreg.ops.uninstall()
+    monkeypatch.delenv(native.ENV)
+    native._load.cache_clear()
+    cpp, python = answers["cpp"], answers["python"]
+    assert len(cpp) == len(python)
+    errors = [a for a in cpp if isinstance(a, tuple)]
+    assert len(errors) >= 6  # the calls that must fail do
+    for a, b in zip(cpp, python):
+        if isinstance(b, tuple):
+            assert a == b
+        else:
+            assert isinstance(a, list) and len(a) == len(b)
+            for s, t in zip(a, b):
+                torch.testing.assert_close(s, t, rtol=0, atol=0)
+
+
+def test_a_dispatch_mode_sees_the_torch_operator_with_either_key(key_mode: str) -> None:
+    """Under a dispatch mode (FakeTensorMode, a tracer, a user's) a call goes through the torch
+    operator, which the mode sees, whichever key the fast path has."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    with torch.no_grad():
+        tkreg.ops.toy_mul(x, y)
+        tkreg.ops.toy_mul(x, y)  # planned: the fast path would take it
+        with Recording():
+            got = tkreg.ops.toy_mul(x, y)
+    assert any("tkreg.toy_mul" in name for name in seen), seen
+    torch.testing.assert_close(got, x * y, rtol=0, atol=0)

@@ -9,7 +9,8 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
    CUDA events, launch included, each allocating its output. A pick passes within PICK_WITHIN of
    the fastest of the others.
 2. A cold process with the warm cache: the same shapes in a new process make no timing call; its
-   first call of each is timed against a warm call of the same shape.
+   first call of each is timed against a warm call of the same shape: the median of calls made
+   back to back, and a call made after the same work as the first (the peer's calls of the shape).
 3. CUDA graphs: a tuned call captured and replayed gives the eager call's bits.
 4. torch.compile: a Llama-3-8B MLP block (gate, up, down) through the linear op under
    torch.compile(fullgraph=True), in the default mode and in mode="reduce-overhead" (CUDA
@@ -118,6 +119,15 @@ def measure(deadline: Deadline) -> Measured:
             if peer_ratios:
                 summary[f"{prefix}_torch_within_2x"] = sum(x <= 2.0 for x in peer_ratios)
                 summary[f"{prefix}_torch_calls"] = len(peer_ratios)
+            # against a warm call made after the same work as the first call (see _after_each_other)
+            after = [r["first_us"] / r["warm_after_peer_us"] for r in cold if r.get("warm_after_peer_us")]
+            if after:
+                summary[f"{prefix}_within_2x_after_same_work"] = sum(x <= 2.0 for x in after)
+                summary[f"{prefix}_calls_after_same_work"] = len(after)
+            torch_after = [r["torch_first_us"] / r["torch_warm_after_tkreg_us"] for r in cold
+                           if r.get("torch_warm_after_tkreg_us")]  # fmt: skip
+            if torch_after:
+                summary[f"{prefix}_torch_within_2x_after_same_work"] = sum(x <= 2.0 for x in torch_after)
     notes = (f"pick: tkreg.ops against the fastest of every kernel (own choice and tuning configs) and the peer on random "
              f"shapes (seed {seed}), wall time per call as queued back to back (CUDA events, launch included), median of "
              f"interleaved rounds; pass where the fastest other takes >= {PICK_WITHIN} of tkreg.ops' time (ratio); "
@@ -295,13 +305,42 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
         if peer is not None:
             first, warm = _first_and_warm(peer)
             row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
-        call = ops.get(op_name)
+        call = functools.partial(ops.get(op_name), *inputs)
         before = counted["n"]
-        first, warm = _first_and_warm(functools.partial(call, *inputs))
+        first, warm = _first_and_warm(call)
         row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
                    source=_source(op_name, inputs), runs=_chosen(op_name, inputs))  # fmt: skip
+        if peer is not None:
+            after_peer, after_tkreg = _after_each_other(call, peer)
+            row.update(warm_after_peer_us=round(after_peer, 1), torch_warm_after_tkreg_us=round(after_tkreg, 1))
         rows.append(row)
     return rows
+
+
+def _after_each_other(call: Callable[[], Any], peer: Callable[[], Any], rounds: int = 3) -> tuple[float, float]:
+    """Warm calls made after the same work as the first calls: tkreg's first call came right after
+    the peer's calls, and a call made after other work pays for the host's caches and clock (a
+    probe read a warm call at 2-3x its back-to-back time right after the peer's calls, on an H100).
+    Medians over ``rounds`` (us) of one synchronized call each: ``call`` right after ten of
+    ``peer``'s, and ``peer`` right after ten of ``call``'s."""
+    after_peer, after_call = [], []
+    for _ in range(rounds):
+        after_call.append(_timed_after(peer, call))
+        after_peer.append(_timed_after(call, peer))
+    return statistics.median(after_peer), statistics.median(after_call)
+
+
+def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_before: int = 10) -> float:
+    """One synchronized call of ``timed`` (us), right after ``calls_before`` calls of ``before``."""
+    import torch
+
+    for _ in range(calls_before):
+        before()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    timed()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e6
 
 
 def _first_and_warm(call: Callable[[], Any]) -> tuple[float, float]:

@@ -379,18 +379,66 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     # work per call is what the caller waits for. A call torch.compile traces takes ``traced``.
     names = dispatcher.form.input_names
     arity = len(names) if names is not None else 0
+    doc = f"tkreg op {op.name!r}: {op.description or 'see tkreg.ops.explain'}"
+    # the callable's own signature: tensors positionally (as the fast path takes them), parameters by name
+    shown = None
+    if names is not None:
+        schema = signature_of(op, names)
+        shown = schema.replace(parameters=[p.replace(kind=inspect.Parameter.POSITIONAL_ONLY) if p.name in names else p
+                                           for p in schema.parameters.values()])  # fmt: skip
+    if shown is not None and arity >= 1:
+        builtin = _builtin_call(op.name, doc, shown, dispatcher, slow, traced)
+        if builtin is not None:
+            return builtin
     if 1 <= arity <= keys.MAX_UNROLLED:
         call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, dispatcher.grad_index, slow, traced)
     else:
         call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow, traced)
     call.__name__ = call.__qualname__ = op.name
-    call.__doc__ = f"tkreg op {op.name!r}: {op.description or 'see tkreg.ops.explain'}"
-    if names is not None:
-        full = signature_of(op, names)
+    call.__doc__ = doc
+    if shown is not None:
         count = len(dispatcher.returned)
         returns = torch.Tensor if count == 1 else tuple.__class_getitem__((torch.Tensor,) * count)
-        call.__signature__ = full.replace(return_annotation=returns)  # type: ignore[attr-defined]
+        call.__signature__ = shown.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return call
+
+
+# What torch.compile runs in place of each builtin tkreg.ops.<op>, by number. Its polyfill reads it
+# from here, a global, because the compiler inlines a polyfill without sources for its closure and
+# cannot wrap what ``traced`` closes over from there.
+_TRACED: dict[int, Callable[..., Any]] = {}
+
+
+def _builtin_call(name: str, doc: str, signature: inspect.Signature, dispatcher: Dispatcher, slow: Callable[..., Any],
+                  traced: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``tkreg.ops.<op>`` as one C++ builtin (:mod:`.native`, fast_call.cpp): the fast path of
+    :data:`_UNROLLED` without a Python frame, for inputs of any number; anything else it passes to
+    ``slow``. torch.compile does not run it: it inlines ``traced`` in its place
+    (``torch.compiler.substitute_in_graph``). None where the extension is not in use, or where that
+    registration fails (the generated Python fast path serves then)."""
+    make = native.fast_caller()
+    if make is None:
+        return None
+    params = dispatcher.params
+    arity = len(signature.parameters) - len(params.names)
+    bare = signature.replace(parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()],
+                             return_annotation=inspect.Signature.empty)  # fmt: skip
+    graded = tuple(i in dispatcher.grad_index for i in range(arity))
+    builtin = make(name, f"{name}{bare}\n--\n\n{doc}", dispatcher._plans.fast, slow, graded, tuple(params.names),
+                   tuple(params.kinds), tuple(params.defaults))  # fmt: skip
+
+    number = len(_TRACED)
+    _TRACED[number] = traced
+
+    def polyfill(*inputs: Any, **values: Any) -> Any:
+        return _TRACED[number](inputs, values)
+
+    try:
+        torch.compiler.substitute_in_graph(builtin, skip_signature_check=True)(polyfill)
+    except Exception as e:  # another torch's compiler: the Python fast path, which it traces itself
+        log.info("tkreg.ops.%s: the C++ call is not used (torch.compile cannot substitute it: %s)", name, e)
+        return None
+    return builtin
 
 
 _MISSING = object()  # an input a call did not pass (the generated fast path's default)

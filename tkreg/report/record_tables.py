@@ -445,8 +445,9 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
             ratios = sorted(r["first_us"] / r["warm_us"] for r in group)
             if ratios:
                 within = sum(x <= 2.0 for x in ratios)
+                spread = f"{ratios[0]:.1f}x to {ratios[-1]:.0f}x"
                 groups.append(f"{len(ratios)} {what}: first call {_median(ratios):.1f}x a warm call (median; "
-                              f"{ratios[0]:.1f}x to {ratios[-1]:.0f}x; within 2x on {within})")  # fmt: skip
+                              f"{spread}; within 2x on {within}{_after_same_work(group)})")  # fmt: skip
         how = (f"after tkreg.ops.warm() ({mine[0].get('warm_s', '?')} s)" if warmed else
                "calling each shape as a model would")  # fmt: skip
         said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
@@ -454,10 +455,24 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                           if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
     if torch_ratios:
         within = sum(x <= 2.0 for x in torch_ratios)
+        torch_after = [r["torch_first_us"] / r["torch_warm_after_tkreg_us"] for r in cold if not r.get("warmed")
+                       and _is_number(r.get("torch_first_us")) and r.get("torch_warm_after_tkreg_us")]  # fmt: skip
+        after = (f"; within 2x of a warm call made after tkreg.ops' calls on {sum(x <= 2.0 for x in torch_after)} of "
+                 f"{len(torch_after)}" if torch_after else "")  # fmt: skip
         said.append(f"Each tkreg first call came after the peer's own first call of the shape, which took "
                     f"{_median(torch_ratios):.1f}x its warm call (median; {torch_ratios[0]:.1f}x to "
-                    f"{torch_ratios[-1]:.0f}x; within 2x on {within} of {len(torch_ratios)}).")  # fmt: skip
+                    f"{torch_ratios[-1]:.0f}x; within 2x on {within} of {len(torch_ratios)}{after}).")  # fmt: skip
+    if any(r.get("warm_after_peer_us") for r in cold):
+        said.append("A call made right after other work costs more than one of a run of calls (the host's caches "
+                    "and clock), so each first call is also compared with a warm call made after the same work: "
+                    "right after ten of the peer's calls, as the first call was (median of three).")  # fmt: skip
     return " ".join(said)
+
+
+def _after_same_work(group: Sequence[Mapping[str, Any]]) -> str:
+    """How many first calls of ``group`` are within 2x of a warm call made after the same work."""
+    after = [r["first_us"] / r["warm_after_peer_us"] for r in group if r.get("warm_after_peer_us")]
+    return f"; within 2x of a warm call after the same work on {sum(x <= 2.0 for x in after)} of {len(after)}" if after else ""
 
 
 def linear_ops(document: Mapping[str, Any]) -> set[str]:

@@ -1,8 +1,10 @@
-"""tkreg.ops' plan key in C++ (``plan_key.cpp``), where it was built for the torch in use.
+"""tkreg.ops' plan key and planned call in C++ (``plan_key.cpp``, ``fast_call.cpp``), where they
+were built for the torch in use.
 
 On a launch-bound call the host's work is what the caller waits for, and in Python the key a plan
 is kept under (five fields per input tensor, :mod:`tkreg.ops.keys`) costs about as much as
-torch's own dispatch. The extension reads the same fields from the tensors in one call.
+torch's own dispatch. The extension reads the same fields from the tensors in one call, and runs
+the whole planned call of ``tkreg.ops.<op>`` as one builtin.
 
 It is built when tkreg is installed with torch importable in the build (``pip install
 --no-build-isolation``, as ``make install`` does; see setup.py), against that torch. It is used
@@ -32,6 +34,13 @@ def packer() -> Callable[[tuple[Any, ...]], bytes] | None:
     are ``fields``; None where the C++ key is not in use."""
     module = _load()[0]
     return module.pack if module is not None else None
+
+
+def fast_caller() -> Callable[..., Any] | None:
+    """``fast_call(name, doc, table, slow, graded, names, kinds, defaults) -> builtin``: tkreg.ops.<op>'s
+    planned call in C++ (see fast_call.cpp); None where the extension is not in use."""
+    module = _load()[0]
+    return getattr(module, "fast_call", None) if module is not None else None
 
 
 def status() -> str:

@@ -15,7 +15,8 @@
 // key(*tensors) returns None, never raises, where an input is not of a plain type (set with
 // plain(types)), is not strided, carries a conjugate or negative bit, or cannot be read: the
 // caller then takes its checked path.
-#include <Python.h>
+#include "native.h"
+
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -75,7 +76,9 @@ bool pack_fields(PyObject* const* f, std::vector<int64_t>& words) {
   return true;
 }
 
-PyObject* key(PyObject* /*module*/, PyObject* const* args, Py_ssize_t count) {
+}  // namespace
+
+PyObject* tkreg_packed_key(PyObject* const* args, Py_ssize_t count) {
   // One header, the sizes, the strides and the alignment class per tensor, as int64 words.
   int64_t small[64];
   std::vector<int64_t> large;
@@ -108,6 +111,10 @@ PyObject* key(PyObject* /*module*/, PyObject* const* args, Py_ssize_t count) {
   }
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words), used * static_cast<Py_ssize_t>(sizeof(int64_t)));
 }
+
+namespace {
+
+PyObject* key(PyObject* /*module*/, PyObject* const* args, Py_ssize_t count) { return tkreg_packed_key(args, count); }
 
 PyObject* pack(PyObject* /*module*/, PyObject* fields) {
   if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) % 5 != 0) {
@@ -159,13 +166,16 @@ PyMethodDef methods[] = {
      "key(*tensors) -> bytes | None: the packed plan key of these tensors (None: take the checked path)"},
     {"pack", pack, METH_O, "pack(fields) -> bytes: the packed key of a Python key's flat tensor fields"},
     {"plain", plain, METH_VARARGS, "plain(types, alignment_bytes): the exact tensor types key() accepts, and the alignment class"},
+    {"fast_call", tkreg_make_fast_call, METH_VARARGS,
+     "fast_call(name, doc, table, slow, graded, names, kinds, defaults): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plan_key", "tkreg.ops' plan key, read in C++", -1, methods};
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plan_key", "tkreg.ops' plan key and planned call, in C++", -1, methods};
 
 }  // namespace
 
 PyMODINIT_FUNC PyInit__plan_key(void) {
+  if (tkreg_fast_call_ready() < 0) return nullptr;
   PyObject* m = PyModule_Create(&module);
   if (m != nullptr && PyModule_AddStringConstant(m, "torch_version", TKREG_TORCH_VERSION) < 0) {
     Py_DECREF(m);

@@ -1,0 +1,13 @@
+// What plan_key.cpp and fast_call.cpp share (one extension module, tkreg.ops.native._plan_key).
+#pragma once
+#include <Python.h>
+
+// The packed plan key of these arguments (bytes), or None where one is not a plain strided tensor
+// (see plan_key.cpp); never raises.
+PyObject* tkreg_packed_key(PyObject* const* args, Py_ssize_t count);
+
+// fast_call(name, doc, table, slow, graded, names, kinds, defaults) -> builtin (see fast_call.cpp).
+PyObject* tkreg_make_fast_call(PyObject* module, PyObject* args);
+
+// Readies fast_call's type; -1 with an exception set where it cannot.
+int tkreg_fast_call_ready();

@@ -288,9 +288,10 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     tuning.measure = counting  # type: ignore[assignment]
     registry = default_registry()
     warm_s = None
+    warmed_counts = None
     if warmed:
         started = time.perf_counter()
-        ops.warm()
+        warmed_counts = ops.warm()
         warm_s = round(time.perf_counter() - started, 3)
     rows = []
     for op_name, dims, dtype, variant in json.loads(payload):
@@ -300,16 +301,17 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"check": "cold", "warmed": warmed, "op": op_name, "shape": sig.shape, "dtype": dtype,
                                "variant": variant}  # fmt: skip
         if warm_s is not None:
-            row["warm_s"] = warm_s
+            row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
         peer = peer_call(op, inputs, None)  # as torch code calls it
         if peer is not None:
             first, warm = _first_and_warm(peer)
             row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
         call = functools.partial(ops.get(op_name), *inputs)
-        before = counted["n"]
+        before, plans = counted["n"], len(ops._installed["dispatchers"][op_name]._plans)
         first, warm = _first_and_warm(call)
         row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
-                   source=_source(op_name, inputs), runs=_chosen(op_name, inputs))  # fmt: skip
+                   source=_source(op_name, inputs), runs=_chosen(op_name, inputs),
+                   planned=len(ops._installed["dispatchers"][op_name]._plans) > plans)  # fmt: skip
         if peer is not None:
             after_peer, after_tkreg = _after_each_other(call, peer)
             row.update(warm_after_peer_us=round(after_peer, 1), torch_warm_after_tkreg_us=round(after_tkreg, 1))

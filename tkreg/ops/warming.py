@@ -6,9 +6,10 @@ host). A server pays that on its first requests unless something pays it before.
 earlier processes ran from a measured choice is remembered beside the tuning cache
 (:mod:`.remembered`); :func:`warm` replays each one on this process's GPUs: inputs of its exact
 dtypes, shapes, strides and alignment, filled with zeros (valid for any index input), through the
-op's dispatch, which plans it, loads its kernel and launches it into a fresh output, twice (a
-kernel that lets its launches be replayed has them recorded on the second call). Later calls of
-those signatures then cost what a warm call costs. Nothing is timed where the cache holds
+op's dispatch, which plans it, loads its kernel and launches it into a fresh output, three times
+(a kernel that lets its launches be replayed has them recorded on the second call and replayed on
+the third, as later calls replay them). Later calls of those signatures then cost what a warm call
+costs. Nothing is timed where the cache holds
 the bucket's choice, as it does for every remembered signature of this environment.
 """
 
@@ -23,6 +24,9 @@ from ..core.signature import ALIGNMENT_CLASS_BYTES
 from . import keys
 
 log = logging.getLogger("tkreg.ops")
+# Calls per signature: the first runs the launcher, the second is recorded (.replaying), the third
+# replays the recording, as every later call will.
+REPLAYED_CALLS = 3
 
 
 def warm(dispatchers: dict[str, Any], ops: Iterable[str] | None = None) -> dict[str, int]:
@@ -53,8 +57,8 @@ def warm(dispatchers: dict[str, Any], ops: Iterable[str] | None = None) -> dict[
                     if inputs is None:
                         continue
                     params = dict(zip(dispatcher.params.names, key[-1])) if has_params else {}
-                    dispatcher(*inputs, **params)
-                    dispatcher(*inputs, **params)  # the second call of a plan records its launches (.replaying)
+                    for _ in range(REPLAYED_CALLS):
+                        dispatcher(*inputs, **params)
                 except Exception as e:  # one signature's failure leaves the others warm
                     log.warning("tkreg.ops.warm: %s failed on a remembered signature (%s: %s)", name, type(e).__name__, e)
                     continue

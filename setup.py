@@ -12,7 +12,7 @@ import sys
 
 from setuptools import setup
 
-SOURCES = ["tkreg/ops/native/plan_key.cpp", "tkreg/ops/native/fast_call.cpp"]
+SOURCES = ["tkreg/ops/native/plan_key.cpp", "tkreg/ops/native/fast_call.cpp", "tkreg/ops/native/outputs.cpp"]
 
 
 def native_extension() -> dict:

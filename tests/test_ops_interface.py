@@ -328,9 +328,17 @@ def test_a_kernel_that_writes_its_inputs_is_not_called(toy_ops: Any) -> None:
 def test_a_repeated_call_allocates_its_outputs_and_launches_nothing_else(toy_ops: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """After the first call of a signature: no contract checks, no make_output, no ranking; one
     allocation per output, the launch."""
-    made = []
-    real_empty = torch.empty
+    from tkreg.ops import dispatch, native
+
+    made, allocated = [], []
+    real_empty, real_allocator = torch.empty, dispatch.outputs_allocator
     monkeypatch.setattr(torch, "empty", lambda *a, **k: made.append(a) or real_empty(*a, **k))
+
+    def counting(layouts: Any) -> Any:
+        allocate = real_allocator(layouts)
+        return lambda: allocated.append(got := allocate()) or got
+
+    monkeypatch.setattr(dispatch, "outputs_allocator", counting)
     x, w = _rand(2, 3, 16, seed=32), _rand(16, seed=33)
     toy_ops.toy_rms_norm(x, w, eps=0.5)
     dispatcher = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
@@ -339,11 +347,14 @@ def test_a_repeated_call_allocates_its_outputs_and_launches_nothing_else(toy_ops
     monkeypatch.setattr(dispatcher.form, "contract_reasons", lambda *a: pytest.fail("checked again"))
     monkeypatch.setattr(tkreg.ops._installed["registry"], "ranking", lambda *a, **k: pytest.fail("ranked again"))
     made.clear()
+    allocated.clear()
     CALLS.clear()
     for _ in range(3):
         toy_ops.toy_rms_norm(x, w, eps=0.5)
     assert len(calls("rms_torch")) == 3 and not calls("rms_make_output")
-    assert made == [((2, 3, 16),), ((2, 3),)] * 3
+    assert [tuple(tuple(t.shape) for t in outs) for outs in allocated] == [((2, 3, 16), (2, 3))] * 3
+    # nothing else: no torch.empty where the outputs are made in C++, else one per output
+    assert made == ([] if native.outputs_maker() is not None else [((2, 3, 16),), ((2, 3),)] * 3)
 
 
 # -- no op name in tkreg's code ----------------------------------------------------------------------

@@ -273,3 +273,31 @@ def test_a_dispatch_mode_sees_the_torch_operator_with_either_key(key_mode: str) 
             got = tkreg.ops.toy_mul(x, y)
     assert any("tkreg.toy_mul" in name for name in seen), seen
     torch.testing.assert_close(got, x * y, rtol=0, atol=0)
+
+
+@built
+def test_a_plans_outputs_made_in_cpp_are_those_torch_empty_makes() -> None:
+    """outputs(layouts): each call new tensors of each layout (contiguous or strided), as the
+    Python allocator makes them; a layout that is not one is refused when it is given, and an
+    allocation that fails raises torch's own error."""
+    from tkreg.ops.forms import OutputLayout, outputs_allocator
+
+    layouts = [OutputLayout((3, 5), None, torch.float16, torch.device("cpu")),
+               OutputLayout((4, 2), (1, 8), torch.float32, torch.device("cpu")),
+               OutputLayout((0, 7), None, torch.int64, torch.device("cpu")),
+               OutputLayout((2, 3), None, torch.bfloat16, torch.device("meta"))]  # fmt: skip
+    allocate = outputs_allocator(layouts)
+    first, second = allocate(), allocate()
+    assert isinstance(first, tuple) and len(first) == len(layouts)
+    for t, u, layout in zip(first, second, layouts):
+        want = layout.empty()
+        assert (t.shape, t.stride(), t.dtype, t.device) == (want.shape, want.stride(), want.dtype, want.device)
+        assert type(t) is torch.Tensor and not t.requires_grad
+        assert t.numel() == 0 or t.device.type == "meta" or t.data_ptr() != u.data_ptr()  # new storage each call
+    make = native.outputs_maker()
+    with pytest.raises(TypeError, match="each layout is"):
+        make((((2, 3), (1,), torch.float16, torch.device("cpu")),))  # strides of another rank
+    with pytest.raises(TypeError):
+        make((((2, "3"), None, torch.float16, torch.device("cpu")),))
+    with pytest.raises(RuntimeError, match="overflow"):
+        make((((1 << 40, 1 << 30), None, torch.float16, torch.device("cpu")),))()

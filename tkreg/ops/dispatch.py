@@ -39,7 +39,7 @@ from ..core.specs import Kernel, Op
 from . import gradients, keys, remembered
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
-from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major
+from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major, outputs_allocator
 from .gradients import BackwardPlan
 from .replaying import Replayer
 from .tuning import PEER, Candidate
@@ -357,17 +357,15 @@ class Dispatcher:
         params = plan.params
         layouts = plan.outputs
         several = self.several
-        empty = torch.empty
-        allocate = [layout.allocator() for layout in layouts]
+        new_outputs = outputs_allocator(layouts)
         kernel_shapes = [layout.kernel_shape for layout in layouts]
 
         if not several and layouts[0].stride is None:
             # one contiguous output: the common case, kept to the fewest Python operations
-            only = layouts[0]
-            shape, dtype, device, kernel_shape = only.shape, only.dtype, only.device, only.kernel_shape
+            kernel_shape = layouts[0].kernel_shape
 
             def run(*inputs: Any) -> Any:
-                out = empty(shape, dtype=dtype, device=device)
+                out = new_outputs()[0]
                 if identity:
                     kernel_inputs = inputs
                 elif selects:
@@ -384,7 +382,7 @@ class Dispatcher:
         else:
 
             def run(*inputs: Any) -> Any:
-                outs = tuple([new() for new in allocate])
+                outs = new_outputs()
                 kernel_outs = tuple([o if s is None else o.view(s) for o, s in zip(outs, kernel_shapes)])
                 try:
                     launch(*to_kernel(inputs), out=kernel_outs if several else kernel_outs[0], **params)
@@ -418,7 +416,7 @@ class Dispatcher:
         # A launch takes a kernel input by address: the caller's tensor has the same one as its view.
         plan.replayer = Replayer(
             self.op.name, name, install, run,
-            allocate=lambda: tuple([new() for new in allocate]),
+            allocate=new_outputs,
             launch_into=launch_into,
             tensors_of=(lambda inputs, outs: (*to_kernel(inputs), *outs)) if selects else (lambda inputs, outs: (*inputs, *outs)),
             several=several,
@@ -522,14 +520,14 @@ class Dispatcher:
         peer = refs.resolve(self.op.peer)
         params, several, reason = plan.params, self.several, plan.peer_reason
         layouts = plan.outputs
-        allocate = [layout.allocator() for layout in layouts]
+        new_outputs = outputs_allocator(layouts)
         returned = self.returned
 
         def failed(e: Exception) -> InputError:
             return InputError(f"tkreg.ops.{self.op.name}: {reason}; and the peer {self.op.peer_name} failed: {e}")
 
         def into_outputs(*inputs: Any) -> Any:
-            outs = tuple([new() for new in allocate])
+            outs = new_outputs()
             try:
                 peer(*inputs, out=outs if several else outs[0], **params)
             except torch.OutOfMemoryError:
@@ -579,7 +577,7 @@ class Dispatcher:
             ]})  # fmt: skip
             if full_outs is not None:
                 return full_outs
-            outs = [None] * len(allocate)
+            outs = [None] * len(layouts)
             for i, t in zip(returned, got):
                 outs[i] = t
             for i, layout in internal:

@@ -130,6 +130,19 @@ class OutputLayout:
         return t if self.kernel_shape is None else t.view(self.kernel_shape)
 
 
+def outputs_allocator(layouts: Sequence[OutputLayout]) -> Callable[[], tuple[Any, ...]]:
+    """``allocate()``: new tensors of ``layouts`` per call, as a tuple. In C++ where tkreg.ops'
+    extension is in use (:mod:`.native`, outputs.cpp: no arguments parsed per call), else one
+    torch.empty per output."""
+    from . import native
+
+    make = native.outputs_maker()
+    if make is not None:
+        return make(tuple((layout.shape, layout.stride, layout.dtype, layout.device) for layout in layouts))
+    each = [layout.allocator() for layout in layouts]
+    return lambda: tuple([new() for new in each])
+
+
 def _merged_shape(t: Any, k: int) -> tuple[int, ...] | None:
     """t's shape with its first ``k`` dims merged into one, when its strides allow a view
     (duck-typed: every non-unit dim among them has the stride of the next one times its size);

@@ -43,6 +43,13 @@ def fast_caller() -> Callable[..., Any] | None:
     return getattr(module, "fast_call", None) if module is not None else None
 
 
+def outputs_maker() -> Callable[..., Any] | None:
+    """``outputs(layouts) -> allocate``: a plan's new outputs per call, made in C++ (see
+    outputs.cpp); None where the extension is not in use."""
+    module = _load()[0]
+    return getattr(module, "outputs", None) if module is not None else None
+
+
 def status() -> str:
     """Whether the C++ key is in use, and if not, why: a line for ``tkreg doctor``."""
     return _load()[1]

@@ -1,4 +1,4 @@
-// What plan_key.cpp and fast_call.cpp share (one extension module, tkreg.ops.native._plan_key).
+// What plan_key.cpp, fast_call.cpp and outputs.cpp share (one extension module, tkreg.ops.native._plan_key).
 #pragma once
 #include <Python.h>
 
@@ -11,3 +11,9 @@ PyObject* tkreg_make_fast_call(PyObject* module, PyObject* args);
 
 // Readies fast_call's type; -1 with an exception set where it cannot.
 int tkreg_fast_call_ready();
+
+// outputs(layouts) -> builtin: each call, new tensors of these layouts (see outputs.cpp).
+PyObject* tkreg_make_outputs(PyObject* module, PyObject* layouts);
+
+// Readies outputs' type; -1 with an exception set where it cannot.
+int tkreg_outputs_ready();

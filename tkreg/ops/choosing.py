@@ -23,7 +23,7 @@ from ..core.registry import Registry
 from ..core.specs import Kernel, Op
 from . import tuning
 from .deferred import loaded
-from .forms import Form, OutputLayout, as_tuple
+from .forms import Form, OutputLayout, as_tuple, outputs_allocator
 from .replaying import RecordedCall
 from .tuning import PEER, Candidate, Choice, Tuner, TuningCache
 
@@ -268,8 +268,8 @@ def kernel_call(launch: Callable[..., Any], kernel_inputs: Sequence[Any], layout
         views = tuple([layout.kernel(o) for layout, o in zip(layouts, outs)])
         return launch(*kernel_inputs, out=views if several else views[0], **keywords)
 
-    makers = [layout.allocator() for layout in layouts]  # as the plan allocates
-    return RecordedCall(launch_into, lambda: tuple([new() for new in makers]), kernel_inputs, several, replayable, launch)
+    allocate = outputs_allocator(layouts)  # as the plan allocates
+    return RecordedCall(launch_into, allocate, kernel_inputs, several, replayable, launch)
 
 
 def cuda_device(tensors: Sequence[Any]) -> int | None:

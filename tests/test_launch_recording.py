@@ -286,3 +286,58 @@ def test_tuning_times_a_declared_kernel_as_its_plan_calls_it(gpu):
     for _ in range(3):
         plain()
     assert LAUNCHER_CALLS == [1, 1, 1] and plain.recording is None
+
+
+@pytest.mark.parametrize("indices", [None, (0,), (1, 0)])
+def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, indices):
+    """Where callers get fewer outputs than the op makes, the replaying run hands them back
+    itself (one function a call, not the run and a picker); a replay that is not ready takes the
+    launcher, and the same outputs come back."""
+    from tkreg.ops.replaying import Replayer
+
+    installed: dict[str, Any] = {}
+    made: list[Any] = []
+
+    def install(run: Any, returned: Any = None) -> None:
+        installed.update(run=run, returned=returned)
+
+    def allocate() -> Any:
+        made.append((torch.zeros(2), torch.zeros(3)))
+        return made[-1]
+
+    def launched(*inputs: Any) -> Any:
+        return (torch.full((2,), 5.0), torch.full((3,), 6.0))
+
+    class Replay:
+        ready = True
+
+        def __len__(self) -> int:
+            return 1
+
+        def replay(self, tensors: Any) -> bool:
+            if self.ready:
+                tensors[-2].fill_(7.0)
+                tensors[-1].fill_(8.0)
+            return self.ready
+
+    replay = Replay()
+    monkeypatch.setattr(recording, "record", lambda call, tensors: recording.Outcome(call(), replay))  # type: ignore[arg-type]
+    replayer = Replayer("op", "k", install, launched, allocate, lambda inputs, outs: None, lambda inputs, outs: (*inputs, *outs),
+                        several=True, returned=indices)  # fmt: skip
+    x = torch.randn(4)
+    replayer.first(x)  # the launcher; the next call is recorded
+    installed["run"](x)  # recorded: from now on replayed
+    assert "replayed" in replayer.state
+    if indices is None:
+        assert installed["returned"] is None  # tkreg.ops calls the run itself
+        return
+    got = installed["returned"](x)
+    want = {0: 7.0, 1: 8.0}
+    if len(indices) == 1:
+        assert got is made[-1][0] and torch.equal(got, torch.full((2,), 7.0))
+    else:
+        assert [t is made[-1][i] for t, i in zip(got, indices)] == [True, True]
+        assert [float(t[0]) for t in got] == [want[i] for i in indices]
+    replay.ready = False  # a launch hook, another device: the launcher runs, the same outputs come back
+    got = installed["returned"](x)
+    assert (float(got[0]) if len(indices) == 1 else [float(t[0]) for t in got]) == (5.0 if len(indices) == 1 else [6.0, 5.0])

@@ -394,7 +394,7 @@ class Dispatcher:
         where = getattr(inputs[0], "device", None) if inputs else None
         several_gpus = getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1
 
-        def install(run: Callable[..., Any]) -> None:
+        def install(run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
             if several_gpus:
                 # Triton launches on the current device; inputs on another GPU must run there.
                 def on_their_device(*inputs: Any) -> Any:
@@ -403,7 +403,7 @@ class Dispatcher:
 
                 self._set_run(plan, on_their_device)
             else:
-                self._set_run(plan, run)
+                self._set_run(plan, run, returned)
 
         if name.split("[", 1)[0] not in self._replayable:
             install(run)
@@ -419,7 +419,7 @@ class Dispatcher:
             allocate=new_outputs,
             launch_into=launch_into,
             tensors_of=(lambda inputs, outs: (*to_kernel(inputs), *outs)) if selects else (lambda inputs, outs: (*inputs, *outs)),
-            several=several,
+            several=several, returned=self.returned if self.pick is not None else None,
         )  # fmt: skip
         install(plan.replayer.first)
 

@@ -36,11 +36,12 @@ _WAITING = "not recorded yet"
 
 
 class Replayer:
-    """Builds and swaps a plan's runs: ``install(run)`` gives the plan a run (see
-    Dispatcher._set_run); ``launched`` is the plan's ordinary run; ``allocate()`` makes a call's
-    outputs; ``launch_into(inputs, outs)`` runs the launcher into them; ``tensors_of(inputs,
-    outs)`` gives the tensors a launch may take, in one fixed order; a run returns every output
-    where the op has ``several``, else the one."""
+    """Builds and swaps a plan's runs: ``install(run, returned=None)`` gives the plan a run and,
+    where given, what tkreg.ops calls (see Dispatcher._set_run); ``launched`` is the plan's
+    ordinary run; ``allocate()`` makes a call's outputs; ``launch_into(inputs, outs)`` runs the
+    launcher into them; ``tensors_of(inputs, outs)`` gives the tensors a launch may take, in one
+    fixed order; a run returns every output where the op has ``several``, else the one;
+    ``returned``: the indices of the outputs tkreg.ops returns, where it returns fewer."""
 
     def __init__(
         self,
@@ -52,11 +53,13 @@ class Replayer:
         launch_into: Callable[[Sequence[Any], tuple[Any, ...]], None],
         tensors_of: Callable[[Sequence[Any], tuple[Any, ...]], tuple[Any, ...]],
         several: bool,
+        returned: tuple[int, ...] | None = None,
     ) -> None:
         self.op, self.kernel = op, kernel
         self.install, self.launched = install, launched
         self.allocate, self.launch_into, self.tensors_of = allocate, launch_into, tensors_of
         self.result_of = _all if several else _first
+        self.returned = returned
         self.state = f"{_WAITING}: the launcher runs the first call of a signature; the second is recorded"
         self.attempts = 0
 
@@ -78,7 +81,7 @@ class Replayer:
         got = seen.recording
         if got is not None:
             self.state = f"its {len(got)} recorded launch(es) are replayed, without the launcher's Python"
-            self.install(self._replaying(got))
+            self.install(*self._replaying(got))
         elif seen.again and self.attempts < ATTEMPTS:
             self.attempts += 1  # the next call of the signature is recorded instead
             if self.state.startswith(_WAITING):  # not where another thread's recording settled it
@@ -89,7 +92,10 @@ class Replayer:
             self.install(self.launched)
         return self.result_of(outs)
 
-    def _replaying(self, got: Any) -> Run:
+    def _replaying(self, got: Any) -> tuple[Run, Run | None]:
+        """The plan's run (every output), and where callers get fewer outputs than the op makes
+        (``returned``: their indices), what tkreg.ops calls: the same replay, handing back those
+        outputs itself rather than through a second function (a launch-bound call pays for each)."""
         replay, allocate, tensors_of, result_of = got.replay, self.allocate, self.tensors_of, self.result_of
         launched = self.launched
 
@@ -99,7 +105,27 @@ class Replayer:
                 return result_of(outs)
             return launched(*inputs)  # not ready now (a launch hook, another device): the launcher
 
-        return run
+        if self.returned is None:
+            return run, None
+        indices = self.returned
+        if len(indices) == 1:
+            (index,) = indices
+
+            def returned(*inputs: Any) -> Any:
+                outs = allocate()
+                if replay(tensors_of(inputs, outs)):
+                    return outs[index]
+                return launched(*inputs)[index]
+
+        else:
+
+            def returned(*inputs: Any) -> Any:
+                outs = allocate()
+                if not replay(tensors_of(inputs, outs)):
+                    outs = launched(*inputs)
+                return tuple([outs[i] for i in indices])
+
+        return run, returned
 
 
 class RecordedCall:

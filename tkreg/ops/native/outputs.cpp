@@ -62,16 +62,6 @@ PyObject* allocate(PyObject* self_obj, PyObject* /*unused*/) {
   END_HANDLE_TH_ERRORS
 }
 
-bool int_list(PyObject* seq, std::vector<int64_t>& into) {
-  if (!PyTuple_Check(seq)) return false;
-  for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(seq); ++d) {
-    const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, d));
-    if (v == -1 && PyErr_Occurred()) return false;
-    into.push_back(v);
-  }
-  return true;
-}
-
 }  // namespace
 
 int tkreg_outputs_ready() {
@@ -95,9 +85,9 @@ PyObject* tkreg_make_outputs(PyObject* /*module*/, PyObject* layouts) {
     bool ok = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 4;
     PyObject *shape = ok ? PyTuple_GET_ITEM(item, 0) : nullptr, *strides = ok ? PyTuple_GET_ITEM(item, 1) : nullptr;
     PyObject *dtype = ok ? PyTuple_GET_ITEM(item, 2) : nullptr, *device = ok ? PyTuple_GET_ITEM(item, 3) : nullptr;
-    ok = ok && THPDtype_Check(dtype) && THPDevice_Check(device) && int_list(shape, layout.shape);
+    ok = ok && THPDtype_Check(dtype) && THPDevice_Check(device) && tkreg_append_ints(shape, layout.shape);
     layout.strided = ok && strides != Py_None;
-    ok = ok && (!layout.strided || (int_list(strides, layout.strides) && layout.strides.size() == layout.shape.size()));
+    ok = ok && (!layout.strided || (tkreg_append_ints(strides, layout.strides) && layout.strides.size() == layout.shape.size()));
     if (!ok) {
       delete made;
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "outputs(): each layout is (shape, strides or None, dtype, device)");

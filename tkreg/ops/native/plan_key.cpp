@@ -63,13 +63,7 @@ bool pack_fields(PyObject* const* f, std::vector<int64_t>& words) {
   const Py_ssize_t dim = PyTuple_GET_SIZE(shape);
   if (PyTuple_GET_SIZE(strides) != dim) return false;
   words.push_back(header(reinterpret_cast<THPDtype*>(dtype)->scalar_type, reinterpret_cast<THPDevice*>(device)->device, dim));
-  for (PyObject* dims : {shape, strides}) {
-    for (Py_ssize_t d = 0; d < dim; ++d) {
-      const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(dims, d));
-      if (v == -1 && PyErr_Occurred()) return false;
-      words.push_back(v);
-    }
-  }
+  if (!tkreg_append_ints(shape, words) || !tkreg_append_ints(strides, words)) return false;
   const long long a = PyLong_AsLongLong(align);
   if (a == -1 && PyErr_Occurred()) return false;
   words.push_back(a);
@@ -77,6 +71,16 @@ bool pack_fields(PyObject* const* f, std::vector<int64_t>& words) {
 }
 
 }  // namespace
+
+bool tkreg_append_ints(PyObject* tuple, std::vector<int64_t>& into) {
+  if (!PyTuple_Check(tuple)) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
+    const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+    if (v == -1 && PyErr_Occurred()) return false;
+    into.push_back(v);
+  }
+  return true;
+}
 
 PyObject* tkreg_packed_key(PyObject* const* args, Py_ssize_t count) {
   // One header, the sizes, the strides and the alignment class per tensor, as int64 words.

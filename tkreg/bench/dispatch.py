@@ -307,11 +307,12 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
             first, warm = _first_and_warm(peer)
             row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
         call = functools.partial(ops.get(op_name), *inputs)
-        before, plans = counted["n"], len(ops._installed["dispatchers"][op_name]._plans)
+        plans = ops._installed["dispatchers"][op_name]._plans
+        before, planned_before = counted["n"], len(plans)
         first, warm = _first_and_warm(call)
         row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
                    source=_source(op_name, inputs), runs=_chosen(op_name, inputs),
-                   planned=len(ops._installed["dispatchers"][op_name]._plans) > plans)  # fmt: skip
+                   planned=len(plans) > planned_before)  # fmt: skip
         if peer is not None:
             after_peer, after_tkreg = _after_each_other(call, peer)
             row.update(warm_after_peer_us=round(after_peer, 1), torch_warm_after_tkreg_us=round(after_tkreg, 1))

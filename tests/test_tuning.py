@@ -104,12 +104,49 @@ def test_rounds_reverse_their_order_so_a_rounds_first_place_costs_every_call_ali
 
     def clock(call: object, n: int) -> float:
         seen.append(call)
-        first_of_round = len(seen) > 4 and (len(seen) - 5) % 2 == 0  # four warm-up calls, then rounds of two
+        first_of_round = len(seen) > 6 and (len(seen) - 7) % 2 == 0  # three warm-up calls each, then rounds of two
         return 0.010 * n * (1.3 if first_of_round else 1.0)
 
     times = tuning.measure({"a": a, "b": b}, 10, clock, rounds=4)
-    assert seen[4:] == [a, b, b, a, a, b, b, a]
+    assert seen[6:14] == [a, b, b, a, a, b, b, a]
+    assert seen[14:] == [a, b, b, a, a, b, b, a]  # tied: as many rounds again
     assert times["a"] == pytest.approx(times["b"])
+
+
+def test_a_rounds_size_comes_from_calls_after_the_recorded_one() -> None:
+    """A replayed kernel's first call loads and its second is recorded, both far slower than the
+    replays after them: the rounds must be sized from the replays, or a round of a few calls
+    times its own synchronize and first launch."""
+    def replayed() -> None: ...
+
+    sizes: list[int] = []
+
+    def clock(call: object, n: int) -> float:
+        sizes.append(n)
+        return {1: 5.0, 2: 0.8}.get(len(sizes), 0.015 * n)  # ms: the load, the recording, then 15 us calls
+
+    times = tuning.measure({"k": replayed}, 10, clock, round_ms=2.0, rounds=3)
+    assert sizes[:3] == [1, 1, tuning.ESTIMATE_CALLS]
+    assert sizes[3:] == [int(2.0 / 0.015)] * 3
+    assert times["k"] == pytest.approx(15.0)
+
+
+def test_close_candidates_get_more_rounds_and_the_rest_do_not() -> None:
+    def near() -> None: ...
+    def nearer() -> None: ...
+    def far() -> None: ...
+
+    clock = FakeClock({near: 0.0105, nearer: 0.010, far: 0.0125})
+    seen: list[object] = []
+
+    def watched(call: object, n: int) -> float:
+        seen.append(call)
+        return clock(call, n)
+
+    times = tuning.measure({"near": near, "nearer": nearer, "far": far}, 10, watched, rounds=3)
+    rounds = seen[3 * 3:]
+    assert rounds.count(near) == rounds.count(nearer) == 6 and rounds.count(far) == 3
+    assert tuning.fastest(times) == "nearer"
 
 
 def test_a_failing_candidate_is_reported_not_raised() -> None:
@@ -144,7 +181,7 @@ def test_concurrent_first_calls_of_a_bucket_time_it_once(tmp_path: Path) -> None
     for t in threads:
         t.join()
     assert {r.winner for r in results if r is not None} == {"k1"} and len(results) == 8
-    timed_once = 2 * 2 + 2 * tuning.ROUNDS  # warm-up and estimate per candidate, then the rounds
+    timed_once = 2 * 3 + 2 * tuning.ROUNDS  # two warm-up calls and the estimate per candidate, then the rounds (not close)
     assert clock.calls == timed_once
     # a new process (a new tuner over the same folder) times nothing
     fresh = Tuner("op", TuningCache(tmp_path, ENV))

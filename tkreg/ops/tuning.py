@@ -13,7 +13,8 @@ Triton's autotuner keys its cache. A later process with the same key pays nothin
 
 Timing is what a model pays per call: back-to-back calls between two CUDA events, launch
 included, so a launch-bound call counts its host time. Rounds interleave the candidates, so a
-clock change hits them alike; the median round counts.
+clock change hits them alike; candidates near the front get as many rounds again; the median
+round counts.
 
 Environment: ``TKREG_TUNE=0`` never times (the cache, else the prior: the registry's ranking);
 ``TKREG_TUNE_BUDGET_S`` bounds the seconds one bucket may spend (default 10: compiles dominate);
@@ -44,6 +45,14 @@ PEER = "peer"  # the candidate name of the op's peer
 TARGET_ROUND_MS = 2.0  # device time each candidate spends per round, so short calls repeat enough
 ROUNDS = 7
 MAX_CALLS_PER_ROUND = 400
+# Calls a round's size is worked out from, after the first two (the load, the recording). Sized
+# from the recording call instead, a replayed kernel ran 4-20 calls a round, and each round's
+# synchronize and first launch came to half its time: an H100 read a 15 us call at 33-41 us
+# (2026-11-27).
+ESTIMATE_CALLS = 4
+# Calls whose median is within this of the fastest get as many rounds again: the dispatch suite
+# found choices 3-8% off the fastest where the tuner's rounds had read them within its tie.
+CONTESTED = 0.10
 TIE = 0.03  # wall times within 3% of the fastest tie; the least host time breaks the tie
 FORMAT = 2  # bumped when the file layout changes; older files are ignored
 
@@ -239,8 +248,11 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
     stream, and then also the host's own time to queue them, which goes into ``host`` (us per
-    call). Each round runs a call for about ``round_ms``, in an order that reverses from round to
-    round; the median of ``rounds`` counts."""
+    call). Each call is made twice untimed (a first call loads, a replayable kernel's second is
+    recorded), then ``ESTIMATE_CALLS`` times to size its rounds. Each round runs a call for about
+    ``round_ms``, in an order that reverses from round to round. Calls within CONTESTED of the
+    fastest then get ``rounds`` more rounds (budget permitting); the median of a call's rounds
+    counts."""
     clock = clock or _cuda_clock
     started = time.monotonic()
     times: dict[str, float | str] = {}
@@ -251,14 +263,29 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
             continue
         try:
             clock(call, 1)  # compiles, loads, plans: not part of any later call
-            single_ms = _wall_ms(clock(call, 1))
+            clock(call, 1)  # a replayable kernel's second call is recorded: slower than any later one
+            single_ms = _wall_ms(clock(call, ESTIMATE_CALLS)) / ESTIMATE_CALLS
         except Exception as e:  # a candidate that fails here is not a candidate
             times[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
         plans[name] = max(1, min(MAX_CALLS_PER_ROUND, int(round_ms / max(single_ms, 1e-4))))
     taken: dict[str, list[float]] = {name: [] for name in plans}
     queued: dict[str, list[float]] = {name: [] for name in plans}
-    order = list(plans.items())
+    _rounds(calls, list(plans.items()), rounds, clock, taken, queued)
+    contested = _contenders({name: statistics.median(values) for name, values in taken.items()})
+    if len(contested) > 1 and time.monotonic() - started <= budget:
+        # as many rounds again of those near the front: a close call rests on twice the readings
+        _rounds(calls, [(name, plans[name]) for name in contested], rounds, clock, taken, queued)
+    times.update({name: statistics.median(values) for name, values in taken.items()})
+    if host is not None:
+        host.update({name: statistics.median(values) for name, values in queued.items() if values})
+    return times
+
+
+def _rounds(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]], rounds: int, clock: Any,
+            taken: dict[str, list[float]], queued: dict[str, list[float]]) -> None:
+    """``rounds`` rounds of ``order`` ((name, calls per round)), each call's per-call time added to
+    ``taken`` (and the host's to ``queued``), in an order that reverses from round to round."""
     for _ in range(rounds):
         for name, n in order:
             got = clock(calls[name], n)
@@ -266,10 +293,14 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
             if isinstance(got, tuple):
                 queued[name].append(got[1] / n * 1e3)
         order.reverse()  # each call goes first as often as last: what a round's start costs hits them alike
-    times.update({name: statistics.median(values) for name, values in taken.items()})
-    if host is not None:
-        host.update({name: statistics.median(values) for name, values in queued.items() if values})
-    return times
+
+
+def _contenders(medians: Mapping[str, float]) -> list[str]:
+    """The calls within CONTESTED of the fastest median, in the order given."""
+    if not medians:
+        return []
+    best = min(medians.values())
+    return [name for name, value in medians.items() if value <= best * (1 + CONTESTED)]
 
 
 def _wall_ms(got: float | tuple[float, float]) -> float:

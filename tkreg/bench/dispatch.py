@@ -53,8 +53,11 @@ MLP_TOKENS = (16, 4096)
 ROW_TRAINING = ((4096, 4096), (16384, 4096))  # (tokens, width) of a model's row ops (a norm): M, N
 TRAIN = {"tokens": 2048, "hidden": 4096, "inner": 16384}
 TIMING_BUDGET_S = 20.0
-WORKLOAD_ROUND_MS = 30.0
-WORKLOAD_ROUNDS = 9
+# Many short rounds rather than a few long ones: a host-bound training step (100-300 us, nearly
+# all host time) read 0.87 and 1.15 of torch with nine rounds of 30 ms on an H100 (2026-11-27),
+# for calls that run torch's own code either way.
+WORKLOAD_ROUND_MS = 10.0
+WORKLOAD_ROUNDS = 25
 
 
 def measure(deadline: Deadline) -> Measured:

@@ -46,9 +46,8 @@ TARGET_ROUND_MS = 2.0  # device time each candidate spends per round, so short c
 ROUNDS = 7
 MAX_CALLS_PER_ROUND = 400
 # Calls a round's size is worked out from, after the first two (the load, the recording). Sized
-# from the recording call instead, a replayed kernel ran 4-20 calls a round, and each round's
-# synchronize and first launch came to half its time: an H100 read a 15 us call at 33-41 us
-# (2026-11-27).
+# from the recording call instead, a replayed kernel's rounds held too few calls for their
+# synchronize and first launch not to count: an H100 read a 15 us call at 33-41 us (2026-11-27).
 ESTIMATE_CALLS = 4
 # Calls whose median is within this of the fastest get as many rounds again: the dispatch suite
 # found choices 3-8% off the fastest where the tuner's rounds had read them within its tie.

@@ -50,6 +50,21 @@ def test_a_file_from_another_environment_or_a_broken_file_is_ignored(tmp_path: P
     assert TuningCache(tmp_path, ENV).get("op", "b1") is None
 
 
+def test_choices_timed_the_older_way_are_timed_again(tmp_path: Path) -> None:
+    """A file of an older format (choices from an earlier timing method) is ignored, and the next
+    choice written replaces it."""
+    cache = TuningCache(tmp_path, ENV)
+    cache.put("op", choice("b1"))
+    document = json.loads(cache.path("op").read_text())
+    assert document["format"] == tuning.FORMAT
+    cache.path("op").write_text(json.dumps({**document, "format": tuning.FORMAT - 1}))
+    fresh = TuningCache(tmp_path, ENV)
+    assert fresh.get("op", "b1") is None
+    fresh.put("op", choice("b2"))
+    assert json.loads(cache.path("op").read_text())["format"] == tuning.FORMAT
+    assert TuningCache(tmp_path, ENV).get("op", "b2") is not None
+
+
 def _write_buckets(directory: str, first: int, count: int) -> None:
     cache = TuningCache(Path(directory), ENV)
     for i in range(first, first + count):

@@ -53,7 +53,9 @@ ESTIMATE_CALLS = 4
 # found choices 3-8% off the fastest where the tuner's rounds had read them within its tie.
 CONTESTED = 0.10
 TIE = 0.03  # wall times within 3% of the fastest tie; the least host time breaks the tie
-FORMAT = 2  # bumped when the file layout changes; older files are ignored
+# Bumped when the file layout or the timing behind its choices changes; older files are ignored.
+# 3: rounds sized after a replayed kernel's recorded call (choices of 2 could favour the peer).
+FORMAT = 3
 
 
 def enabled() -> bool:

@@ -661,7 +661,7 @@ def test_a_later_process_calls_a_remembered_peer_that_returns_y_itself_with_noth
         norm = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
         plan = norm._plans[keys.plan_key([rows, w], norm.params.defaults)]
         assert plan.source == "cache" and not plan.launchers
-        assert isinstance(plan.returned, functools.partial) and plan.returned.func is rms_peer_y_bare
+        assert getattr(plan.returned, "func", None) is rms_peer_y_bare
         y, rstd = torch.ops.tkreg.toy_rms_norm(rows, w)  # every output: the full peer fills rstd
         want_y, want_rstd = rms_reference(rows, w)
         torch.testing.assert_close(y, want_y)

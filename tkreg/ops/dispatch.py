@@ -37,6 +37,7 @@ from ..core.errors import InputError
 from ..core.registry import Ranking, Registry
 from ..core.specs import Kernel, Op
 from . import gradients, keys, remembered
+from .binding import bound_call
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, OutputLayout, as_tuple, form_for, is_dense_row_major, outputs_allocator
@@ -732,7 +733,8 @@ class Dispatcher:
     def _functional_peer(self, params: dict[str, Any]) -> Callable[..., Any]:
         """The peer as torch code calls it (``out=None``: it returns its outputs), with nothing of
         tkreg's own in between: the peer itself where that is its default and there are no
-        parameters (a partial's keywords cost a quarter of a microsecond a call), else a partial.
+        parameters, else one function that passes them by keyword (:func:`.binding.bound_call`:
+        a partial's keywords cost a quarter of a microsecond a call).
         A peer whose signature cannot be read (a torch builtin such as ``torch.add``, the cheapest
         peer there is) is taken to default ``out`` to None, as torch's functions do; one that
         does not fails its first call here, and the plan then gives it outputs (``outputs_given``)."""
@@ -746,7 +748,7 @@ class Dispatcher:
                 self._peer_out_default = True
         if not params and self._peer_out_default:
             return peer
-        return functools.partial(peer, out=None, **params)
+        return bound_call(peer, len(self.op.inputs), {"out": None, **params})
 
     def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
         """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones)."""

@@ -1,0 +1,35 @@
+"""A callable with keywords fixed, cheaper per call than ``functools.partial``.
+
+A plan that runs an op's peer calls it as torch code does, with the op's parameters by keyword
+(``peer(x, weight, out=None, eps=1e-06)``). ``functools.partial`` with keywords builds and merges
+a dict on every call; a launch-bound norm on a GPU host is over by a few tenths of a microsecond
+as it is. :func:`bound_call` writes one small function per plan instead, of the op's arity with
+the keywords spelled out: on the CPU machine (2026-11-27, best of nine x 300,000 calls) 194 ns a
+call against 429 for the partial and 134 for the call written out by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import keyword
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def bound_call(target: Callable[..., Any], arity: int, keywords: Mapping[str, Any]) -> Callable[..., Any]:
+    """``target(*inputs, **keywords)`` for exactly ``arity`` positional inputs. Like a partial it
+    carries ``func`` and ``keywords``. A partial where a keyword is no identifier (it could not
+    be spelled out) or there are no inputs."""
+    keywords = dict(keywords)
+    if arity < 1 or not all(name.isidentifier() and not keyword.iskeyword(name) for name in keywords):
+        return functools.partial(target, **keywords)
+    inputs = ", ".join(f"t{i}" for i in range(arity))
+    given = "".join(f", {name}=_k{i}" for i, name in enumerate(keywords))
+    namespace: dict[str, Any] = {"_target": target, **{f"_k{i}": value for i, value in enumerate(keywords.values())}}
+    exec(f"def call({inputs}, /):\n    return _target({inputs}{given})\n", namespace)  # names and values are ours
+    call = namespace["call"]
+    call.func, call.keywords = target, keywords
+    name = getattr(target, "__name__", type(target).__name__)
+    call.__name__ = call.__qualname__ = f"{name}_bound"
+    call.__doc__ = f"{name}(*inputs, {', '.join(f'{k}={v!r}' for k, v in keywords.items())})"
+    return call

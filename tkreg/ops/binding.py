@@ -16,6 +16,8 @@ import keyword
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .keys import generated
+
 
 def bound_call(target: Callable[..., Any], arity: int, keywords: Mapping[str, Any]) -> Callable[..., Any]:
     """``target(*inputs, **keywords)`` for exactly ``arity`` positional inputs. Like a partial it
@@ -26,9 +28,8 @@ def bound_call(target: Callable[..., Any], arity: int, keywords: Mapping[str, An
         return functools.partial(target, **keywords)
     inputs = ", ".join(f"t{i}" for i in range(arity))
     given = "".join(f", {name}=_k{i}" for i, name in enumerate(keywords))
-    namespace: dict[str, Any] = {"_target": target, **{f"_k{i}": value for i, value in enumerate(keywords.values())}}
-    exec(f"def call({inputs}, /):\n    return _target({inputs}{given})\n", namespace)  # names and values are ours
-    call = namespace["call"]
+    scope = {"_target": target, **{f"_k{i}": value for i, value in enumerate(keywords.values())}}
+    call: Any = generated(f"def call({inputs}, /):\n    return _target({inputs}{given})\n", "call", scope)
     call.func, call.keywords = target, keywords
     name = getattr(target, "__name__", type(target).__name__)
     call.__name__ = call.__qualname__ = f"{name}_bound"

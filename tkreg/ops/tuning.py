@@ -273,7 +273,7 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     taken: dict[str, list[float]] = {name: [] for name in plans}
     queued: dict[str, list[float]] = {name: [] for name in plans}
     _rounds(calls, list(plans.items()), rounds, clock, taken, queued)
-    contested = _contenders({name: statistics.median(values) for name, values in taken.items()})
+    contested = _within({name: statistics.median(values) for name, values in taken.items()}, CONTESTED)
     if len(contested) > 1 and time.monotonic() - started <= budget:
         # as many rounds again of those near the front: a close call rests on twice the readings
         _rounds(calls, [(name, plans[name]) for name in contested], rounds, clock, taken, queued)
@@ -296,12 +296,12 @@ def _rounds(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]]
         order.reverse()  # each call goes first as often as last: what a round's start costs hits them alike
 
 
-def _contenders(medians: Mapping[str, float]) -> list[str]:
-    """The calls within CONTESTED of the fastest median, in the order given."""
-    if not medians:
+def _within(times: Mapping[str, float], band: float) -> list[str]:
+    """The names whose time is within ``band`` (a fraction) of the least, in the order given."""
+    if not times:
         return []
-    best = min(medians.values())
-    return [name for name, value in medians.items() if value <= best * (1 + CONTESTED)]
+    best = min(times.values())
+    return [name for name, value in times.items() if value <= best * (1 + band)]
 
 
 def _wall_ms(got: float | tuple[float, float]) -> float:
@@ -337,8 +337,7 @@ def fastest(times: Mapping[str, float | str], host: Mapping[str, float] | None =
     timed = {k: v for k, v in times.items() if isinstance(v, float)}
     if not timed:
         return None
-    best = min(timed.values())
-    tied = [k for k, v in timed.items() if v <= best * (1 + TIE)]
+    tied = _within(timed, TIE)
     if host and all(k in host for k in tied):
         return min(tied, key=lambda k: (host[k], timed[k]))
     return min(tied, key=lambda k: timed[k])

@@ -282,6 +282,27 @@ def test_a_peer_returning_y_itself_is_what_tkreg_ops_calls_with_nothing_in_betwe
     torch.testing.assert_close(y.double(), want_y, atol=1e-5, rtol=1e-5)
 
 
+def test_plans_of_the_peer_share_one_bound_call_per_parameter_values(recorded: None) -> None:
+    """Peer plans with the same parameter values call one bound function (each is compiled once),
+    and other values get their own, with their own eps in the result."""
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, peer_y_only=True, full_peer=True, peer_bare=True)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tkreg.ops.PeerFallbackWarning)  # no forward kernel: the peer runs
+        for rows in (8, 9):
+            for eps in (0.5, 0.25):
+                x, w, _ = _rms_leaves(rows, (rows, 16))
+                x, w = x.detach(), w.detach()
+                got = ops.toy_rms_norm(x, w, eps=eps)
+                torch.testing.assert_close(got.double(), rms_reference(x.double(), w.double(), eps)[0], atol=1e-5, rtol=1e-5)
+    plans = list(tkreg.ops._installed["dispatchers"]["toy_rms_norm"]._plans.values())
+    by_eps: dict[float, set[int]] = {}
+    for plan in plans:
+        assert plan.returned.keywords["out"] is None
+        by_eps.setdefault(plan.returned.keywords["eps"], set()).add(id(plan.returned))
+    assert len(plans) == 4 and set(by_eps) == {0.5, 0.25}
+    assert all(len(ids) == 1 for ids in by_eps.values()) and len(set().union(*by_eps.values())) == 2
+
+
 def test_where_the_peer_runs_a_call_that_wants_a_gradient_is_the_peers_own(recorded: None) -> None:
     """tkreg.ops.<op> of an op without a backward formula, where the peer runs the inputs: the
     peer's own call, so torch's autograd records torch's backward (no Python backward, no

@@ -173,6 +173,7 @@ class Dispatcher:
         # reads what every op remembers there, so that each other op's first call finds it read
         self.siblings: dict[str, Dispatcher] = {}
         self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
+        self._bound_peers: dict[tuple[Any, ...], Callable[..., Any]] = {}  # parameter values -> the peer bound to them
         self._replayable = frozenset(k.name for k in registry.kernels(op.name) if k.replayable)
 
     # -- the hot path -----------------------------------------------------------------------
@@ -748,7 +749,15 @@ class Dispatcher:
                 self._peer_out_default = True
         if not params and self._peer_out_default:
             return peer
-        return bound_call(peer, len(self.op.inputs), {"out": None, **params})
+        try:  # plans with the same parameters share one bound call (each is a compiled function)
+            key = tuple((name, type(value), value) for name, value in params.items())
+            hash(key)
+        except TypeError:  # an unhashable value: a call of its own
+            return bound_call(peer, len(self.op.inputs), {"out": None, **params})
+        bound = self._bound_peers.get(key)
+        if bound is None:
+            bound = self._bound_peers[key] = bound_call(peer, len(self.op.inputs), {"out": None, **params})
+        return bound
 
     def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
         """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones)."""

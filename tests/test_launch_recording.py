@@ -288,11 +288,13 @@ def test_tuning_times_a_declared_kernel_as_its_plan_calls_it(gpu):
     assert LAUNCHER_CALLS == [1, 1, 1] and plain.recording is None
 
 
+@pytest.mark.parametrize("gathered", [True, False], ids=["tensors_of given", "inputs then outputs"])
 @pytest.mark.parametrize("indices", [None, (0,), (1, 0)])
-def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, indices):
+def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, indices, gathered):
     """Where callers get fewer outputs than the op makes, the replaying run hands them back
     itself (one function a call, not the run and a picker); a replay that is not ready takes the
-    launcher, and the same outputs come back."""
+    launcher, and the same outputs come back. The same where the replayer gathers the launch's
+    tensors itself (no ``tensors_of``)."""
     from tkreg.ops.replaying import Replayer
 
     installed: dict[str, Any] = {}
@@ -322,12 +324,21 @@ def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, ind
 
     replay = Replay()
     monkeypatch.setattr(recording, "record", lambda call, tensors: recording.Outcome(call(), replay))  # type: ignore[arg-type]
-    replayer = Replayer("op", "k", install, launched, allocate, lambda inputs, outs: None, lambda inputs, outs: (*inputs, *outs),
+    seen: list[Any] = []
+
+    def tensors_of(inputs: Any, outs: Any) -> Any:
+        seen.append(len(inputs) + len(outs))
+        return (*inputs, *outs)
+
+    replayer = Replayer("op", "k", install, launched, allocate, lambda inputs, outs: None, tensors_of if gathered else None,
                         several=True, returned=indices)  # fmt: skip
     x = torch.randn(4)
     replayer.first(x)  # the launcher; the next call is recorded
     installed["run"](x)  # recorded: from now on replayed
     assert "replayed" in replayer.state
+    every = installed["run"](x)  # every output, replayed into new ones
+    assert every is made[-1] and [float(t[0]) for t in every] == [7.0, 8.0]
+    assert seen == ([3, 3] if gathered else [])
     if indices is None:
         assert installed["returned"] is None  # tkreg.ops calls the run itself
         return
@@ -341,3 +352,45 @@ def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, ind
     replay.ready = False  # a launch hook, another device: the launcher runs, the same outputs come back
     got = installed["returned"](x)
     assert (float(got[0]) if len(indices) == 1 else [float(t[0]) for t in got]) == (5.0 if len(indices) == 1 else [6.0, 5.0])
+
+
+@pytest.mark.parametrize("gathered", [True, False], ids=["tensors_of given", "inputs then outputs"])
+def test_a_replayed_plan_of_one_output_returns_it(monkeypatch, gathered):
+    """An op with one output (add, matmul): the replaying run launches on the inputs then the new
+    output and returns that output; not ready, the launcher's own output comes back."""
+    from tkreg.ops.replaying import Replayer
+
+    installed: dict[str, Any] = {}
+    made: list[Any] = []
+    launches: list[Any] = []
+
+    def allocate() -> Any:
+        made.append((torch.zeros(3),))
+        return made[-1]
+
+    class Replay:
+        ready = True
+
+        def __len__(self) -> int:
+            return 1
+
+        def replay(self, tensors: Any) -> bool:
+            launches.append(tensors)
+            if self.ready:
+                tensors[-1].copy_(tensors[0] + tensors[1])
+            return self.ready
+
+    replay = Replay()
+    monkeypatch.setattr(recording, "record", lambda call, tensors: recording.Outcome(call(), replay))  # type: ignore[arg-type]
+    replayer = Replayer("add", "k", lambda run, returned=None: installed.update(run=run, returned=returned),
+                        lambda a, b: a - b, allocate, lambda inputs, outs: None,
+                        (lambda inputs, outs: (*inputs, *outs)) if gathered else None, several=False)  # fmt: skip
+    a, b = torch.randn(3), torch.randn(3)
+    replayer.first(a, b)
+    installed["run"](a, b)  # recorded
+    got = installed["run"](a, b)
+    assert installed["returned"] is None
+    assert got is made[-1][0] and torch.equal(got, a + b)
+    assert launches[-1][:2] == (a, b) and launches[-1][2] is got
+    replay.ready = False
+    assert torch.equal(installed["run"](a, b), a - b)  # the launcher's output

@@ -420,7 +420,7 @@ class Dispatcher:
             self.op.name, name, install, run,
             allocate=new_outputs,
             launch_into=launch_into,
-            tensors_of=(lambda inputs, outs: (*to_kernel(inputs), *outs)) if selects else (lambda inputs, outs: (*inputs, *outs)),
+            tensors_of=(lambda inputs, outs: (*to_kernel(inputs), *outs)) if selects else None,
             several=several, returned=self.returned if self.pick is not None else None,
         )  # fmt: skip
         install(plan.replayer.first)

@@ -29,6 +29,10 @@ def _all(outs: tuple[Any, ...]) -> Any:
 def _first(outs: tuple[Any, ...]) -> Any:
     return outs[0]
 
+
+def _inputs_then_outputs(inputs: Sequence[Any], outs: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (*inputs, *outs)
+
 # Calls recorded at most where a refusal came from the call (tensors sharing an address, another
 # thread recording), before the launcher takes every call of the signature.
 ATTEMPTS = 8
@@ -40,7 +44,8 @@ class Replayer:
     where given, what tkreg.ops calls (see Dispatcher._set_run); ``launched`` is the plan's
     ordinary run; ``allocate()`` makes a call's outputs; ``launch_into(inputs, outs)`` runs the
     launcher into them; ``tensors_of(inputs, outs)`` gives the tensors a launch may take, in one
-    fixed order; a run returns every output where the op has ``several``, else the one;
+    fixed order (None: the inputs, then the outputs; a replay then builds that tuple itself, a
+    function call less on a launch-bound call); a run returns every output where the op has ``several``, else the one;
     ``returned``: the indices of the outputs tkreg.ops returns, where it returns fewer."""
 
     def __init__(
@@ -51,7 +56,7 @@ class Replayer:
         launched: Run,
         allocate: Callable[[], tuple[Any, ...]],
         launch_into: Callable[[Sequence[Any], tuple[Any, ...]], None],
-        tensors_of: Callable[[Sequence[Any], tuple[Any, ...]], tuple[Any, ...]],
+        tensors_of: Callable[[Sequence[Any], tuple[Any, ...]], tuple[Any, ...]] | None,
         several: bool,
         returned: tuple[int, ...] | None = None,
     ) -> None:
@@ -73,7 +78,8 @@ class Replayer:
 
         outs = self.allocate()
         try:
-            seen = recording.record(lambda: self.launch_into(inputs, outs), self.tensors_of(inputs, outs))
+            tensors = (*inputs, *outs) if self.tensors_of is None else self.tensors_of(inputs, outs)
+            seen = recording.record(lambda: self.launch_into(inputs, outs), tensors)
         except InputError:  # the launcher refused: the ordinary run passes the call on and replans
             self.install(self.launched)
             self.state = "the launcher runs every call (it refused a call while it was recorded)"
@@ -95,9 +101,15 @@ class Replayer:
     def _replaying(self, got: Any) -> tuple[Run, Run | None]:
         """The plan's run (every output), and where callers get fewer outputs than the op makes
         (``returned``: their indices), what tkreg.ops calls: the same replay, handing back those
-        outputs itself rather than through a second function (a launch-bound call pays for each)."""
-        replay, allocate, tensors_of, result_of = got.replay, self.allocate, self.tensors_of, self.result_of
+        outputs itself rather than through a second function (a launch-bound call pays for each).
+        Where the launch takes the inputs then the outputs and the caller gets one output (add,
+        matmul, a norm's y), the run calls nothing but the allocation and the replay."""
+        replay, allocate, result_of = got.replay, self.allocate, self.result_of
         launched = self.launched
+        tensors_of = self.tensors_of if self.tensors_of is not None else _inputs_then_outputs
+        picks = self.returned is not None
+        # the indices of what the caller gets: the returned ones, or the one output of an op with one
+        wanted = self.returned if picks else (0,) if result_of is _first else ()
 
         def run(*inputs: Any) -> Any:
             outs = allocate()
@@ -105,17 +117,28 @@ class Replayer:
                 return result_of(outs)
             return launched(*inputs)  # not ready now (a launch hook, another device): the launcher
 
+        if self.tensors_of is None and len(wanted) == 1:
+            (at,) = wanted
+
+            def single(*inputs: Any) -> Any:
+                outs = allocate()
+                if replay((*inputs, *outs)):
+                    return outs[at]
+                got = launched(*inputs)  # every output where the op has several, else the one
+                return got[at] if picks else got
+
+            return (run, single) if picks else (single, None)
         if self.returned is None:
             return run, None
         indices = self.returned
         if len(indices) == 1:
-            (index,) = indices
+            (at,) = indices
 
             def returned(*inputs: Any) -> Any:
                 outs = allocate()
                 if replay(tensors_of(inputs, outs)):
-                    return outs[index]
-                return launched(*inputs)[index]
+                    return outs[at]
+                return launched(*inputs)[at]
 
         else:
 

@@ -30,10 +30,17 @@ def _scaled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * FACTOR, mask=offs < n)
 
 
+def _axpy(x_ptr, y_ptr, alpha, n, BLOCK: tl.constexpr):
+    offs = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)
+
+
 add_kernel = JITFunction(add_source)
 scaled_kernel = JITFunction(_scaled)
+axpy_kernel = JITFunction(_axpy)
 ADD = Launcher(add_kernel, BLOCK=128, num_warps=4)
 SCALED = Launcher(scaled_kernel, BLOCK=64, num_warps=2)
+AXPY = Launcher(axpy_kernel, BLOCK=32, num_warps=1)
 
 
 @pytest.fixture
@@ -67,6 +74,31 @@ def test_a_replay_launches_what_the_launcher_did_with_the_new_tensors(gpu):
     assert gpu.launches[0][13:16] == addresses((x, y, z)) and gpu.launches[1][13:15] == addresses((z, y))
     assert recorded[0][13:16] == (a, b, c)  # what was recorded launched the recorded tensors
     assert not any(isinstance(arg, torch.Tensor) for launch in got.launches for arg in launch.args)  # none kept alive
+
+
+def test_a_replay_keeps_a_2d_grid_and_a_float_and_takes_only_the_tensors_launched(monkeypatch):
+    """A launch on a 2-D grid with a float argument, where the call has a tensor no launch takes:
+    the replay launches what the launcher does with the new tensors (grid, float and all)."""
+    AXPY._devices.clear()
+    gpu = fake_gpu(monkeypatch, (axpy_kernel,))
+    x, unused, y = tensors(500)
+
+    def call(x: Any, y: Any) -> None:
+        AXPY((4, 3), x, y, 0.5, x.numel())
+
+    call(x, y)  # the first launch compiles
+    seen = recording.record(lambda: call(x, y), (x, unused, y))
+    got = seen.recording
+    assert seen.reason == "" and got is not None and got.launches[0].slots == ((0, 0), (1, 2))
+    x2, unused2, y2 = tensors(500)
+    gpu.launches.clear()
+    call(x2, y2)
+    by_launcher = gpu.launches[-1]
+    gpu.launches.clear()
+    assert got.replay((x2, unused2, y2))
+    (replayed,) = gpu.launches
+    assert addresses(without_hooks(replayed)) == addresses(without_hooks(by_launcher))
+    assert replayed[:3] == (4, 3, 1) and 0.5 in replayed and unused2.data_ptr() not in replayed
 
 
 def test_tkreg_ops_records_a_later_call_where_tensors_shared_an_address(gpu, monkeypatch, tmp_path):

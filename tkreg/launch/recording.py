@@ -39,6 +39,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.jit import JITFunction
 
+from ..core.generated import generated
 from . import fastlaunch
 
 _PLAIN_ARGS = (int, float, bool, type(None))
@@ -58,42 +59,65 @@ class _Launch:
 
 
 class Recording:
-    """The launches of one recorded call: :meth:`replay` makes them again on other tensors."""
+    """The launches of one recorded call. ``replay(tensors)`` makes them again with ``tensors``
+    (in the order :func:`record` got them, of the recorded call's signature) in place of the
+    recorded ones, on the current stream, and returns True; or launches nothing and returns
+    False where a Launcher's fast path would not launch now (fast launches off, a launch hook
+    registered, a global the kernel read changed, another current device). It is one function
+    generated for these launches (:func:`_replay_function`)."""
 
-    __slots__ = ("launches",)
+    __slots__ = ("launches", "replay")
 
     def __init__(self, launches: Sequence[_Launch]) -> None:
         self.launches = tuple(launches)
+        self.replay: Callable[[Sequence[Any]], bool] = _replay_function(self.launches)
 
     def __len__(self) -> int:
         return len(self.launches)
 
-    def ready(self) -> bool:
-        """Whether a replay may launch now: what a Launcher's fast path checks on every call."""
-        device = fastlaunch._current_device()
-        for launch in self.launches:
-            fn = launch.fn
-            if (launch.device != device or not fastlaunch._fast_path_open(fn, launch.grid)
-                    or (fn.used_global_vals and not fastlaunch._globals_unchanged(fn))):
-                return False
-        return True
 
-    def replay(self, tensors: Sequence[Any]) -> bool:
-        """Launch the recorded launches with ``tensors`` (in the order :func:`record` got them, of
-        the recorded call's signature) in place of the recorded ones, on the current stream; False,
-        launching nothing, where :meth:`ready` says no."""
-        if not self.ready():
-            return False
-        stream = fastlaunch._current_stream(self.launches[0].device)
-        # Addresses as integers: the C launcher then skips asking the driver whether each pointer
-        # is device memory, which the recording's signature (its devices) has settled.
-        addresses = [t.data_ptr() for t in tensors]
-        for launch in self.launches:
-            args = list(launch.args)
-            for position, index in launch.slots:
-                args[position] = addresses[index]
-            launch.entry.launch(launch.grid, stream, args)
-        return True
+def _replay_function(launches: Sequence[_Launch]) -> Callable[[Sequence[Any]], bool]:
+    """``replay(tensors) -> bool`` for these launches, written out: what a Launcher's fast path
+    checks on every call, then each launch straight into its C launch function with its grid,
+    head and constant arguments bound once and each tensor's address in its place: no loop
+    over launches and slots, no argument list copied per launch, no method between it and the
+    C launch. A replay is most of a replayed call's Python. The module's functions are looked
+    up at each call, so turning fast launches off or a test's fake device applies at once."""
+    scope: dict[str, Any] = {"_fl": fastlaunch}
+    devices = sorted({launch.device for launch in launches})
+    lines = ["def replay(tensors):"]
+    if devices:  # none: nothing to launch, nothing to check
+        lines.append("    device = _fl._current_device()")
+        lines.append(f"    if {' or '.join(f'device != {int(d)}' for d in devices)}:")
+        lines.append("        return False")
+    for i, launch in enumerate(launches):
+        scope[f"_fn{i}"], scope[f"_grid{i}"] = launch.fn, launch.grid
+        lines.append(f"    if not _fl._fast_path_open(_fn{i}, _grid{i}) or (_fn{i}.used_global_vals "
+                     f"and not _fl._globals_unchanged(_fn{i})):")  # fmt: skip
+        lines.append("        return False")
+    if launches:
+        lines.append(f"    stream = _fl._current_stream({int(launches[0].device)})")
+    for index in sorted({index for launch in launches for _, index in launch.slots}):
+        lines.append(f"    t{index} = tensors[{index}].data_ptr()")  # an address: the C launcher asks nothing
+    for i, launch in enumerate(launches):
+        entry, grid = launch.entry, (*launch.grid, 1, 1)[:3]
+        slots = dict(launch.slots)
+        values = [*grid, None, entry.function, *entry.head, *launch.args]
+        names = []
+        for j, value in enumerate(values):
+            if j == 3:
+                names.append("stream")
+                continue
+            position = j - 5 - len(entry.head)
+            if position >= 0 and position in slots:
+                names.append(f"t{slots[position]}")
+                continue
+            scope[f"_v{i}_{j}"] = value
+            names.append(f"_v{i}_{j}")
+        scope[f"_launch{i}"] = entry.launcher
+        lines.append(f"    _launch{i}({', '.join(names)})")
+    lines.append("    return True")
+    return generated("\n".join(lines) + "\n", "replay", scope)
 
 
 class _Recorder:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.generated import generated
 from ..core.signature import ALIGNMENT_CLASS_BYTES
 from . import native
 
@@ -34,13 +35,6 @@ MAX_UNROLLED = 4  # arities with a generated key function; more inputs take the 
 def source(names: Sequence[str]) -> str:
     """The key of tensors named ``names`` as a Python expression (no parentheses)."""
     return ", ".join(field.format(t=name) for name in names for field in FIELDS)
-
-
-def generated(text: str, name: str, scope: dict[str, Any]) -> Callable[..., Any]:
-    """The function ``name`` defined by ``text`` in a namespace holding ``scope``."""
-    namespace = dict(scope)
-    exec(compile(text, f"<tkreg.ops.keys {name}>", "exec"), namespace)  # our own template, never outside text
-    return namespace[name]
 
 
 def _unrolled(arity: int) -> Callable[..., tuple[Any, ...]]:

@@ -10,7 +10,7 @@ op's dispatch, which plans it, loads its kernel and launches it into a fresh out
 (a kernel that lets its launches be replayed has them recorded on the second call and replayed on
 the third, as later calls replay them). Later calls of those signatures then neither plan nor
 load; the first of each still runs slower than a warm call while the host's caches are cold for it
-(1.8-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27). Nothing is timed where the
+(1.6-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27). Nothing is timed where the
 cache holds the bucket's choice, as it does for every remembered signature of this environment.
 """
 

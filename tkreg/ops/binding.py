@@ -3,11 +3,11 @@
 A plan that runs an op's peer calls it as torch code does, with the op's parameters by keyword
 (``peer(x, weight, out=None, eps=1e-06)``). ``functools.partial`` with keywords builds and merges
 a dict on every call; a launch-bound norm on a GPU host is over by a few tenths of a microsecond
-as it is. :func:`bound_call` writes one small
-function instead, of the op's arity with the keywords spelled out (the dispatcher makes one per
-parameter values and shares it between the plans that use them). On the 2-core CPU machine
-(2026-11-27, a peer that returns at once, best of nine x 300,000 calls, with a test run on the
-other core): 194 ns a call against 429 for the partial and 134 for the call written out by hand.
+as it is. :func:`bound_call` writes one small function instead, of the op's arity with the
+keywords spelled out (the dispatcher makes one per parameter values and shares it between the
+plans that use them). On the 2-core CPU machine (2026-11-27, a peer that returns at once, best
+of nine x 300,000 calls, with a test run on the other core): 194 ns a call against 429 for the
+partial and 134 for the call written out by hand.
 """
 
 from __future__ import annotations

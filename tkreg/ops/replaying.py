@@ -33,6 +33,7 @@ def _first(outs: tuple[Any, ...]) -> Any:
 def _inputs_then_outputs(inputs: Sequence[Any], outs: tuple[Any, ...]) -> tuple[Any, ...]:
     return (*inputs, *outs)
 
+
 # Calls recorded at most where a refusal came from the call (tensors sharing an address, another
 # thread recording), before the launcher takes every call of the signature.
 ATTEMPTS = 8
@@ -45,8 +46,9 @@ class Replayer:
     ordinary run; ``allocate()`` makes a call's outputs; ``launch_into(inputs, outs)`` runs the
     launcher into them; ``tensors_of(inputs, outs)`` gives the tensors a launch may take, in one
     fixed order (None: the inputs, then the outputs; a replay then builds that tuple itself, a
-    function call less on a launch-bound call); a run returns every output where the op has ``several``, else the one;
-    ``returned``: the indices of the outputs tkreg.ops returns, where it returns fewer."""
+    function call less on a launch-bound call); a run returns every output where the op has
+    ``several``, else the one; ``returned``: the indices of the outputs tkreg.ops returns, where
+    it returns fewer."""
 
     def __init__(
         self,
@@ -124,8 +126,8 @@ class Replayer:
                 outs = allocate()
                 if replay((*inputs, *outs)):
                     return outs[at]
-                got = launched(*inputs)  # every output where the op has several, else the one
-                return got[at] if picks else got
+                made = launched(*inputs)  # every output where the op has several, else the one
+                return made[at] if picks else made
 
             return (run, single) if picks else (single, None)
         if self.returned is None:

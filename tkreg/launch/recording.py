@@ -84,38 +84,33 @@ def _replay_function(launches: Sequence[_Launch]) -> Callable[[Sequence[Any]], b
     C launch. A replay is most of a replayed call's Python. The module's functions are looked
     up at each call, so turning fast launches off or a test's fake device applies at once."""
     scope: dict[str, Any] = {"_fl": fastlaunch}
+
+    def bound(value: Any) -> str:  # a value the function reads, by a name in its scope
+        name = f"_v{len(scope)}"
+        scope[name] = value
+        return name
+
     devices = sorted({launch.device for launch in launches})
     lines = ["def replay(tensors):"]
     if devices:  # none: nothing to launch, nothing to check
         lines.append("    device = _fl._current_device()")
         lines.append(f"    if {' or '.join(f'device != {int(d)}' for d in devices)}:")
         lines.append("        return False")
-    for i, launch in enumerate(launches):
-        scope[f"_fn{i}"], scope[f"_grid{i}"] = launch.fn, launch.grid
-        lines.append(f"    if not _fl._fast_path_open(_fn{i}, _grid{i}) or (_fn{i}.used_global_vals "
-                     f"and not _fl._globals_unchanged(_fn{i})):")  # fmt: skip
+    for launch in launches:
+        fn, grid = bound(launch.fn), bound(launch.grid)
+        lines.append(f"    if not _fl._fast_path_open({fn}, {grid}) or ({fn}.used_global_vals "
+                     f"and not _fl._globals_unchanged({fn})):")  # fmt: skip
         lines.append("        return False")
     if launches:
         lines.append(f"    stream = _fl._current_stream({int(launches[0].device)})")
     for index in sorted({index for launch in launches for _, index in launch.slots}):
         lines.append(f"    t{index} = tensors[{index}].data_ptr()")  # an address: the C launcher asks nothing
-    for i, launch in enumerate(launches):
-        entry, grid = launch.entry, (*launch.grid, 1, 1)[:3]
-        slots = dict(launch.slots)
-        values = [*grid, None, entry.function, *entry.head, *launch.args]
-        names = []
-        for j, value in enumerate(values):
-            if j == 3:
-                names.append("stream")
-                continue
-            position = j - 5 - len(entry.head)
-            if position >= 0 and position in slots:
-                names.append(f"t{slots[position]}")
-                continue
-            scope[f"_v{i}_{j}"] = value
-            names.append(f"_v{i}_{j}")
-        scope[f"_launch{i}"] = entry.launcher
-        lines.append(f"    _launch{i}({', '.join(names)})")
+    for launch in launches:
+        entry, slots = launch.entry, dict(launch.slots)
+        names = [*(bound(g) for g in (*launch.grid, 1, 1)[:3]), "stream", bound(entry.function),
+                 *(bound(h) for h in entry.head),
+                 *(f"t{slots[p]}" if p in slots else bound(arg) for p, arg in enumerate(launch.args))]  # fmt: skip
+        lines.append(f"    {bound(entry.launcher)}({', '.join(names)})")
     lines.append("    return True")
     return generated("\n".join(lines) + "\n", "replay", scope)
 

@@ -17,7 +17,7 @@ import keyword
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .keys import generated
+from ..core.generated import generated
 
 
 def bound_call(target: Callable[..., Any], arity: int, keywords: Mapping[str, Any]) -> Callable[..., Any]:

@@ -749,14 +749,18 @@ class Dispatcher:
                 self._peer_out_default = True
         if not params and self._peer_out_default:
             return peer
-        try:  # plans with the same parameters share one bound call (each is a compiled function)
-            key = tuple((name, type(value), value) for name, value in params.items())
-            hash(key)
+        # plans with the same parameter values share one bound call (each is a compiled function)
+        key: tuple[Any, ...] | None = tuple((name, type(value), value) for name, value in params.items())
+        try:
+            bound = self._bound_peers.get(key)  # type: ignore[arg-type]
         except TypeError:  # an unhashable value: a call of its own
-            return bound_call(peer, len(self.op.inputs), {"out": None, **params})
-        bound = self._bound_peers.get(key)
+            bound = key = None
         if bound is None:
-            bound = self._bound_peers[key] = bound_call(peer, len(self.op.inputs), {"out": None, **params})
+            bound = bound_call(peer, len(self.op.inputs), {"out": None, **params})
+            if key is not None:
+                if len(self._bound_peers) >= PLAN_CACHE_SIZE:  # bounded as the plans are
+                    self._bound_peers.clear()
+                self._bound_peers[key] = bound
         return bound
 
     def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:

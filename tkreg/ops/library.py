@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
+from ..core.generated import generated
 from ..core.specs import Op
 from . import keys, native
 from .dispatch import NOT_TAKEN, Dispatcher
@@ -260,7 +261,7 @@ def _take_planned_packet_calls(packet: Any, slot: Slot) -> None:
         return
     params, inputs = slot.dispatcher.params, [f"t{i}" for i in range(arity)]
     text = _PACKET.format(arity=arity, names=", ".join(inputs), planned=_planned_run(inputs, params, 8))
-    call = keys.generated(text, "packet_call", {**_scope(params), "slot": slot})
+    call = generated(text, "packet_call", {**_scope(params), "slot": slot})
     try:
         packet.__class__ = type(f"tkreg_{packet.__name__}_packet", (type(packet),), {"__call__": call})
     except TypeError as e:  # pragma: no cover - another torch's packet: its own call stays
@@ -533,7 +534,7 @@ def _unrolled_call(arity: int, plans: keys.PlanTable, params: Any, graded: Seque
         ungraded=ungraded, **fields,
     )
     table = plans.fast if fields["table"] else plans  # the table the key _fields spells is kept in
-    return keys.generated(text, "call", {**_scope(params), "plans": table, "slow": slow, "traced": traced})
+    return generated(text, "call", {**_scope(params), "plans": table, "slow": slow, "traced": traced})
 
 
 def _operator_call(arity: int, slot: Slot, other: Callable[..., Any]) -> Callable[..., Any]:
@@ -543,7 +544,7 @@ def _operator_call(arity: int, slot: Slot, other: Callable[..., Any]) -> Callabl
     params = slot.dispatcher.params
     names = [f"t{i}" for i in range(arity)]
     text = _OPERATOR.format(names=", ".join(names), planned=_planned_run(names, params, 4))
-    return keys.generated(text, "kernel", {**_scope(params), "slot": slot, "other": other})
+    return generated(text, "kernel", {**_scope(params), "slot": slot, "other": other})
 
 
 def _values_source(names: Sequence[str]) -> str:

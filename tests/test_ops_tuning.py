@@ -44,7 +44,7 @@ def gpu_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     cache is private."""
     monkeypatch.setattr(choosing, "cuda_device", lambda tensors: 0)
     monkeypatch.setattr(choosing, "_device_name", lambda device: "Simulated GPU")
-    monkeypatch.setattr(choosing, "_capturing_or_tracing", lambda: False)
+    monkeypatch.setattr(choosing, "capturing_or_tracing", lambda: False)
     monkeypatch.setattr(choosing.Chooser, "environment", lambda self, device: {"device": "Simulated GPU", "torch": "x"})
     monkeypatch.setattr(tuning, "_cuda_clock", fake_clock)
     monkeypatch.setenv(tuning.ENV_CACHE, str(tmp_path))
@@ -121,7 +121,7 @@ def test_explain_never_times(gpu_like: Path, two_kernels: Any) -> None:
 
 
 def test_a_capture_uses_the_prior_and_times_nothing(gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any) -> None:
-    monkeypatch.setattr(choosing, "_capturing_or_tracing", lambda: True)
+    monkeypatch.setattr(choosing, "capturing_or_tracing", lambda: True)
     two_kernels.toy_mul(torch.randn(16, 16, device=DEVICE), torch.randn(16, 16, device=DEVICE))
     assert TIMED == []
 
@@ -616,6 +616,94 @@ def test_warm_replays_what_earlier_processes_ran_so_first_calls_plan_and_time_no
     for a, b in ((same_alignment_as(x, 1), y), (wide, y), (small, small)):  # fresh values, the same signatures
         torch.testing.assert_close(fresh.toy_mul(a, b), a * b)
     assert planned == [] and TIMED == []  # every first call found its plan made
+
+
+def _earlier_process_ran(two_kernels: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Two signatures a kernel runs and one the peer runs, remembered as a process's exit writes
+    them; returns the inputs of each, kernels' first."""
+    from tkreg.ops import remembered
+
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    wide = torch.randn(64, 80, device=DEVICE)[:, 3:67]  # strided, and another alignment class
+    two_kernels.toy_mul(x, y)  # timed: toy_fast
+    two_kernels.toy_mul(wide, y)
+    monkeypatch.setitem(SPEED, "peer", 0.005)
+    small = torch.randn(5, 7, device=DEVICE)
+    two_kernels.toy_mul(small, small)  # timed: the peer
+    remembered.flush()
+    return [(x, y), (wide, y), (small, small)]
+
+
+def _planning(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    from tkreg.ops import dispatch
+
+    planned: list[Any] = []
+    plan = dispatch.Dispatcher.plan
+    monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
+    return planned
+
+
+def test_the_first_call_on_a_gpu_preloads_the_remembered_kernel_signatures_so_their_first_calls_plan_nothing(
+    one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    from tests.ops_support import same_alignment_as
+    from tkreg.ops import keys, warming
+
+    (x, y), (wide, _), (small, _) = _earlier_process_ran(two_kernels, monkeypatch)
+    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    planned = _planning(monkeypatch)
+    launched: list[Any] = []
+    replay = warming.replay
+    monkeypatch.setattr(warming, "replay", lambda *a, **k: launched.append(a[1]) or replay(*a, **k))
+    TIMED.clear()
+    other = torch.randn(3, 9, device=DEVICE)
+    torch.testing.assert_close(fresh.toy_mul(other, other), other * other)  # a new signature: planned and timed
+    assert launched == [keys.tensors_key([wide, y]), keys.tensors_key([x, y])]  # the kernels' two, newest first
+    assert warming.preloads[0]["signatures"] == 2
+    assert len(planned) == 3 and TIMED  # the two replayed from the cache's choice, and this call's own
+    planned.clear()
+    TIMED.clear()
+    for a, b in ((same_alignment_as(x, 1), y), (wide, y), (small, small)):  # fresh values, the same signatures
+        torch.testing.assert_close(fresh.toy_mul(a, b), a * b)
+    assert planned == [] and TIMED == []  # every first call found its plan made
+    assert len(launched) == 2  # once per process and device
+
+
+@pytest.mark.parametrize("why", ["turned off", "capturing", "too large", "out of time"])
+def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_too_large_or_out_of_time(
+    one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any, why: str
+) -> None:
+    from tkreg.ops import warming
+
+    (x, y), _, _ = _earlier_process_ran(two_kernels, monkeypatch)
+    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    warming.preloads.clear()
+    if why == "turned off":
+        monkeypatch.setenv(warming.ENV_PRELOAD, "0")
+    elif why == "capturing":
+        monkeypatch.setattr(choosing, "capturing_or_tracing", lambda: True)
+    elif why == "too large":
+        monkeypatch.setattr(warming, "PRELOAD_MAX_BYTES", 64 * 64 * 4 - 1)  # under one input of 64 x 64 fp32
+    else:
+        monkeypatch.setenv(warming.ENV_PRELOAD, "1e-9")
+    planned = _planning(monkeypatch)
+    torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
+    assert len(planned) == 1  # this call planned its own signature: nothing was planned ahead
+    if why == "out of time":
+        assert warming.preloads[0] == {"signatures": 0, "left": 2, "seconds": pytest.approx(0, abs=1)}
+    elif why == "too large":
+        assert warming.preloads[0]["signatures"] == 0 and warming.preloads[0]["left"] == 0
+    else:
+        assert warming.preloads == {}
+
+
+def test_remembered_signatures_keep_the_most_recently_planned_last_and_forget_the_oldest(tmp_path: Path) -> None:
+    cache = tuning.TuningCache(tmp_path, {"device": "Simulated GPU"})
+    cache.add_signatures("op", {"a": {"n": 1}, "b": {"n": 2}, "c": {"n": 3}}, limit=3)
+    cache.add_signatures("op", {"a": {"n": 4}}, limit=3)  # planned again: goes last, with its new entry
+    assert list(cache.signatures("op").items()) == [("b", {"n": 2}), ("c", {"n": 3}), ("a", {"n": 4})]
+    cache.add_signatures("op", {"d": {"n": 5}}, limit=3)
+    assert list(cache.signatures("op")) == ["c", "a", "d"]
 
 
 def test_warm_checks_op_names_and_skips_what_it_cannot_replay(one_gpu: Path, two_kernels: Any) -> None:

@@ -117,6 +117,9 @@ def measure(deadline: Deadline) -> Measured:
             summary[f"{prefix}_within_2x"] = sum(x <= 2.0 for x in ratios)
             summary[f"{prefix}_calls"] = len(ratios)
             summary[f"{prefix}_timing_calls"] = sum(r.get("timing_calls", 0) for r in cold)
+            preloaded = [r["preload"] for r in cold if r.get("preload")]
+            if preloaded:  # what the process's first call loaded ahead (tkreg.ops.warming.preload)
+                summary[f"{prefix}_preload"] = preloaded[0]
             # the same test of torch's own first call of each shape, just before tkreg's
             peer_ratios = [r["torch_first_us"] / r["torch_warm_us"] for r in cold if r.get("torch_warm_us")]
             if peer_ratios:
@@ -277,7 +280,8 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     many times tuning timed anything. Before tkreg's, the peer's own first and warm calls of the
     signature: what torch itself pays the first time it sees a shape (cuBLAS picks its algorithm,
     a kernel loads) is then paid, and measured, apart from tkreg's own first-call work. With
-    ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row)."""
+    ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row); without, the first row
+    says what the process's first call preloaded."""
     from .. import ops
     from ..ops import tuning
 
@@ -320,6 +324,10 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
             after_peer, after_tkreg = _after_each_other(call, peer)
             row.update(warm_after_peer_us=round(after_peer, 1), torch_warm_after_tkreg_us=round(after_tkreg, 1))
         rows.append(row)
+    if rows and not warmed:
+        from ..ops import warming
+
+        rows[0]["preload"] = warming.preloads.get(0)  # paid by this first call of the process
     return rows
 
 

@@ -100,7 +100,7 @@ class Chooser:
             named = self.candidate_names(kernels, kernel_inputs, params)
             if len(named) < 2:
                 return prior
-            if not (tune and tuning.enabled() and not _capturing_or_tracing()):
+            if not (tune and tuning.enabled() and not capturing_or_tracing()):
                 labels = ", ".join(c.label for c in named)
                 return Decision(prior.launchers, f"{prior.why} (prior: the bucket {bucket} is not measured on this GPU; "
                                 f"a call with tuning on times {labels})", "prior")
@@ -235,7 +235,7 @@ class Chooser:
         key = f"{bucket}|{TRAINING}"
         tuner = self.tuner(device)
         choice = tuner.known(key)
-        if choice is not None or steps is None or not tuning.enabled() or _capturing_or_tracing():
+        if choice is not None or steps is None or not tuning.enabled() or capturing_or_tracing():
             return choice
         try:
             candidates = steps()
@@ -313,7 +313,7 @@ def _device_name(device: int) -> str:
     return torch.cuda.get_device_name(device)
 
 
-def _capturing_or_tracing() -> bool:
+def capturing_or_tracing() -> bool:
     import torch
 
     return torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling()

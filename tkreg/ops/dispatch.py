@@ -36,7 +36,7 @@ from ..core import refs
 from ..core.errors import InputError
 from ..core.registry import Ranking, Registry
 from ..core.specs import Kernel, Op
-from . import gradients, keys, remembered
+from . import gradients, keys, remembered, warming
 from .binding import bound_call
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
@@ -169,6 +169,7 @@ class Dispatcher:
         self._partial_keys: set[Any] = set()
         self._partial_forgotten = False
         self._remembered: dict[int, dict[Any, dict[str, Any]]] = {}  # per CUDA device (see .remembered)
+        self.preloaded: set[int] = set()  # CUDA devices whose first call preloaded this op (see .warming)
         # the dispatchers installed with this one (tkreg.ops.install): the first call on a device
         # reads what every op remembers there, so that each other op's first call finds it read
         self.siblings: dict[str, Dispatcher] = {}
@@ -699,11 +700,19 @@ class Dispatcher:
 
     def _recalled(self, inputs: Sequence[Any], key: Any) -> Plan | None:
         """The plan of a signature an earlier process remembered running the peer, made without
-        planning; None where none did (or the inputs are not on a GPU, or a kernel runs it)."""
+        planning; None where none did (or the inputs are not on a GPU, or a kernel runs it). The
+        first call on a device reads what every op remembers there and preloads the signatures
+        kernels run (:func:`.warming.preload`): this call's own may be among them."""
         device = self.chooser.device(inputs)
         if device is None:
             return None
-        entry = self.remembered_signatures(device).get(key)
+        if device not in self._remembered:  # the first call on this device: read, then preload
+            self.remembered_signatures(device)
+            warming.preload(self.siblings or {self.op.name: self}, device)
+            made = self._plans.get(key)
+            if made is not None:
+                return made
+        entry = self._remembered[device].get(key)
         if entry is None:
             return None
         return self._plans.get(key) or self._recalled_plan(key, entry)  # reading them may have made it

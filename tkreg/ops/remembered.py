@@ -12,11 +12,13 @@ what the plan does:
   called. Nothing in such a plan depends on more than the signature and the environment, so a
   later process runs the peer on the signature's first call without planning it.
 - ``way`` "kernel": a kernel runs it. A later process plans it as usual (from the cached choice,
-  timing nothing); :func:`tkreg.ops.warm` replays it ahead, so that its first call finds the plan
+  timing nothing); :func:`tkreg.ops.warm`, and within a budget the process's first call on the
+  GPU (:func:`tkreg.ops.warming.preload`), replay it ahead, so that its first call finds the plan
   made and the kernel loaded.
 
-Entries are collected while a process runs and written when it exits, merged under the cache's
-file lock (:meth:`tkreg.ops.tuning.TuningCache.add_signatures`), so no call pays for a write.
+Entries are collected while a process runs and written when it exits, least recently planned
+first, merged under the cache's file lock (:meth:`tkreg.ops.tuning.TuningCache.add_signatures`),
+so no call pays for a write.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from . import keys
 
 log = logging.getLogger("tkreg.ops")
 
-# Per op and environment: beyond it, new signatures are planned each process. An op's first call in
+# Per op and environment: beyond it, the least recently planned are forgotten (a signature a peer
+# runs is recalled without planning, so it ages until planned again). An op's first call in
 # a process reads them all (about 40 us each on the CPU machine: parsed keys, and the plans of the
 # peer's), so the bound keeps that under a fifth of a second; the plan cache holds as many.
 ENTRIES_MAX = 4096

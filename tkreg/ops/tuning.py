@@ -189,15 +189,17 @@ class TuningCache:
         return dict(entries) if isinstance(entries, dict) else {}
 
     def add_signatures(self, op: str, entries: Mapping[str, dict[str, Any]], limit: int) -> None:
-        """Merge ``entries`` into the remembered signatures of ``op``, up to ``limit`` of them."""
+        """Merge ``entries`` into the remembered signatures of ``op``: each goes last (the file
+        keeps them least recently planned first), and beyond ``limit`` the first ones go."""
         with self._lock:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.signatures_path(op)
             with _file_lock(path.with_suffix(".lock")):
                 merged = self.signatures(op)
                 for signature, entry in entries.items():
-                    if signature in merged or len(merged) < limit:
-                        merged[signature] = entry
+                    merged.pop(signature, None)
+                    merged[signature] = entry
+                merged = dict(list(merged.items())[max(0, len(merged) - limit):])
                 self._replace(op, path, {"signatures": merged})
 
     def _replace(self, op: str, path: Path, content: dict[str, Any], indent: int | None = None) -> None:

@@ -1,36 +1,55 @@
-"""``tkreg.ops.warm()``: a process pays its first calls ahead, at a time it chooses.
+"""Paying a process's first calls ahead: ``tkreg.ops.warm()``, and the first call's preload.
 
 The first call of a signature in a process plans it and, where a kernel runs it, loads that kernel
-(milliseconds; Triton's first load in a process also hashes Triton itself, about 0.3 s on an H200
-host). A server pays that on its first requests unless something pays it before. Every signature
-earlier processes ran from a measured choice is remembered beside the tuning cache
-(:mod:`.remembered`); :func:`warm` replays each one on this process's GPUs: inputs of its exact
-dtypes, shapes, strides and alignment, filled with zeros (valid for any index input), through the
-op's dispatch, which plans it, loads its kernel and launches it into a fresh output, three times
-(a kernel that lets its launches be replayed has them recorded on the second call and replayed on
-the third, as later calls replay them). Later calls of those signatures then neither plan nor
-load; the first of each still runs slower than a warm call while the host's caches are cold for it
-(1.6-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27). Nothing is timed where the
-cache holds the bucket's choice, as it does for every remembered signature of this environment.
+(milliseconds; Triton's first load in a process also hashes Triton itself, about 0.3 s), records its
+second call and replays from the third (:mod:`.replaying`). A server pays that on its first
+requests unless something pays it before. Every signature earlier processes ran from a measured
+choice is remembered beside the tuning cache (:mod:`.remembered`), most recently planned last.
+
+- :func:`warm` replays every one on this process's GPUs: inputs of its exact dtypes, shapes,
+  strides and alignment, filled with zeros (valid for any index input), through the op's dispatch,
+  which plans it, loads its kernel and launches it into a fresh output, three times (the
+  launcher's call, the recorded one, the first replay). Later calls of those signatures then
+  neither plan nor load; the first of each still runs slower than a warm call while the host's
+  caches are cold for it (1.6-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27).
+- :func:`preload` does the same, on its own, at the first call on a GPU of a process that did not
+  call :func:`warm` on it: for the signatures a kernel runs on that GPU only (a peer's first call
+  costs torch what it costs torch code), most recently planned first, for at most
+  ``TKREG_PRELOAD_S`` seconds (default :data:`DEFAULT_PRELOAD_S`; 0 turns it off), leaving out
+  any whose inputs would take more than :data:`PRELOAD_MAX_BYTES`. It does nothing in a CUDA-graph
+  capture, a torch.compile trace or under a torch dispatch or function mode, where launching work
+  of its own would change what the caller records. That first call pays for the others.
+
+Nothing is timed where the cache holds the bucket's choice, as it does for every remembered
+signature of this environment.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.signature import ALIGNMENT_CLASS_BYTES
-from . import keys
+from . import choosing, keys, remembered
 
 log = logging.getLogger("tkreg.ops")
 # Calls per signature: the first runs the launcher, the second is recorded (.replaying), the third
 # replays the recording, as every later call will.
 REPLAYED_CALLS = 3
+ENV_PRELOAD = "TKREG_PRELOAD_S"
+DEFAULT_PRELOAD_S = 1.0
+PRELOAD_MAX_BYTES = 1 << 28  # a signature's zero-filled inputs: larger ones wait for their first call
+
+_lock = threading.Lock()
+preloads: dict[int, dict[str, Any]] = {}  # per CUDA device: what the last preload there did
 
 
-def warm(dispatchers: dict[str, Any], ops: Iterable[str] | None = None) -> dict[str, int]:
+def warm(dispatchers: Mapping[str, Any], ops: Iterable[str] | None = None) -> dict[str, int]:
     """Replay the remembered signatures of ``ops`` (default: every installed op) on every CUDA
     device of this process; returns how many were replayed per op (ops with none left out). A
     signature that fails is logged (WARNING, on the "tkreg.ops" logger) and skipped; the others
@@ -45,7 +64,6 @@ def warm(dispatchers: dict[str, Any], ops: Iterable[str] | None = None) -> dict[
     started = time.perf_counter()
     for name in names:
         dispatcher = dispatchers[name]
-        has_params = bool(dispatcher.params.names)
         seen: set[Any] = set()
         done[name] = 0
         for device in range(count):
@@ -53,38 +71,118 @@ def warm(dispatchers: dict[str, Any], ops: Iterable[str] | None = None) -> dict[
                 if key in seen:  # GPUs of one model share an environment, so its signatures
                     continue
                 seen.add(key)
-                try:
-                    inputs = inputs_of(key, has_params, count)
-                    if inputs is None:
-                        continue
-                    params = dict(zip(dispatcher.params.names, key[-1])) if has_params else {}
-                    for _ in range(REPLAYED_CALLS):
-                        dispatcher(*inputs, **params)
-                except Exception as e:  # one signature's failure leaves the others warm
-                    log.warning("tkreg.ops.warm: %s failed on a remembered signature (%s: %s)", name, type(e).__name__, e)
-                    continue
-                done[name] += 1
+                done[name] += replay(dispatcher, key, count)
     for device in range(count):
         torch.cuda.synchronize(device)
     log.info("tkreg.ops.warm: %d signatures in %.2f s", sum(done.values()), time.perf_counter() - started)
     return {name: n for name, n in done.items() if n}
 
 
-def inputs_of(key: tuple[Any, ...], has_params: bool, devices: int) -> list[Any] | None:
-    """Zero-filled tensors whose signature is ``key``'s; None where it names a GPU this process does
-    not have (``devices`` of them) or an alignment no buffer can give."""
+def preload(dispatchers: Mapping[str, Any], device: int) -> None:
+    """At the first call on CUDA ``device`` (its remembered signatures read): replay the signatures
+    a kernel runs there, most recently planned first and taking the ops in turn, within the
+    budget; see the module's docstring. Once per device and set of installed ops."""
+    with _lock:  # two threads' first calls: one preloads
+        pending = {name: d for name, d in dispatchers.items() if device not in d.preloaded}
+        for dispatcher in pending.values():
+            dispatcher.preloaded.add(device)
+    budget = preload_budget_s()
+    if not pending or not budget > 0 or not _may_launch_own_work():  # NaN too
+        return
     import torch
 
-    made = []
-    for dtype, shape, stride, device, align in keys.tensor_specs(key, has_params):
+    started = time.perf_counter()
+    count = torch.cuda.device_count()
+    done = skipped = 0
+    for dispatcher, key in _kernel_signatures(pending, device):
+        if time.perf_counter() - started > budget:
+            skipped += 1
+            continue
+        done += replay(dispatcher, key, count, PRELOAD_MAX_BYTES)
+    seconds = time.perf_counter() - started
+    preloads[device] = {"signatures": done, "left": skipped, "seconds": round(seconds, 3)}
+    if done or skipped:
+        log.info("tkreg.ops: the first call on cuda:%d loaded %d remembered kernel signatures in %.2f s "
+                 "(%d left to their first calls; %s=0 turns this off)", device, done, seconds, skipped, ENV_PRELOAD)  # fmt: skip
+
+
+def preload_budget_s() -> float:
+    """``TKREG_PRELOAD_S`` (seconds; unset or unreadable: DEFAULT_PRELOAD_S)."""
+    try:
+        return float(os.environ.get(ENV_PRELOAD, DEFAULT_PRELOAD_S))
+    except ValueError:
+        given = os.environ[ENV_PRELOAD]
+        log.warning("tkreg.ops: %s=%r is not a number of seconds; using %s", ENV_PRELOAD, given, DEFAULT_PRELOAD_S)
+        return DEFAULT_PRELOAD_S
+
+
+def _may_launch_own_work() -> bool:
+    """Not while the caller's work is being captured, traced or intercepted."""
+    import torch
+
+    if not torch.cuda.is_available() or choosing.capturing_or_tracing():
+        return False
+    return torch._C._len_torch_dispatch_stack() == 0 and torch._C._len_torch_function_stack() == 0
+
+
+def _kernel_signatures(dispatchers: Mapping[str, Any], device: int) -> list[tuple[Any, Any]]:
+    """(dispatcher, key) of every remembered signature a kernel runs on ``device`` alone, newest
+    first within each op, the ops taken in turn."""
+    per_op = []
+    for dispatcher in dispatchers.values():
+        has_params = bool(dispatcher.params.names)
+        found = [
+            (dispatcher, key)
+            for key, entry in dispatcher.remembered_signatures(device).items()
+            if entry.get("way") == remembered.KERNEL and _only_on(key, has_params, device)
+        ]
+        per_op.append(found[::-1])
+    return [pair for row in itertools.zip_longest(*per_op) for pair in row if pair is not None]
+
+
+def _only_on(key: tuple[Any, ...], has_params: bool, device: int) -> bool:
+    """No tensor of ``key`` on another CUDA device."""
+    return all(d.type != "cuda" or (d.index or 0) == device for _, _, _, d, _ in keys.tensor_specs(key, has_params))
+
+
+def replay(dispatcher: Any, key: tuple[Any, ...], devices: int, max_bytes: int | None = None) -> bool:
+    """Make ``key``'s first REPLAYED_CALLS calls on zero-filled inputs; False where its inputs
+    cannot be made here (or would take more than ``max_bytes``) or a call failed (logged)."""
+    has_params = bool(dispatcher.params.names)
+    name = dispatcher.op.name
+    try:
+        inputs = inputs_of(key, has_params, devices, max_bytes)
+        if inputs is None:
+            return False
+        params = dict(zip(dispatcher.params.names, key[-1])) if has_params else {}
+        for _ in range(REPLAYED_CALLS):
+            dispatcher(*inputs, **params)
+    except Exception as e:  # one signature's failure leaves the others warm
+        log.warning("tkreg.ops: %s failed on a remembered signature, replayed ahead (%s: %s)", name, type(e).__name__, e)
+        return False
+    return True
+
+
+def inputs_of(key: tuple[Any, ...], has_params: bool, devices: int, max_bytes: int | None = None) -> list[Any] | None:
+    """Zero-filled tensors whose signature is ``key``'s; None where it names a GPU this process does
+    not have (``devices`` of them), an alignment no buffer can give, or more than ``max_bytes``."""
+    import torch
+
+    specs = keys.tensor_specs(key, has_params)
+    sizes = []
+    for dtype, shape, stride, device, align in specs:
         if device.type == "cuda" and (device.index or 0) >= devices:
             return None
         itemsize = torch.empty((), dtype=dtype).element_size()
         if align % itemsize:
             return None
         span = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
-        spare = ALIGNMENT_CLASS_BYTES // itemsize
-        buffer = torch.zeros(span + spare, dtype=dtype, device=device)
+        sizes.append((span + ALIGNMENT_CLASS_BYTES // itemsize, itemsize))
+    if max_bytes is not None and sum(n * size for n, size in sizes) > max_bytes:
+        return None
+    made = []
+    for (dtype, shape, stride, device, align), (elements, itemsize) in zip(specs, sizes):
+        buffer = torch.zeros(elements, dtype=dtype, device=device)
         shift = ((align - buffer.data_ptr()) % ALIGNMENT_CLASS_BYTES) // itemsize
         made.append(buffer.as_strided(shape, stride, shift))
     return made

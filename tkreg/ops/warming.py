@@ -16,9 +16,10 @@ choice is remembered beside the tuning cache (:mod:`.remembered`), most recently
   call :func:`warm` on it: for the signatures a kernel runs on that GPU only (a peer's first call
   costs torch what it costs torch code), most recently planned first, for at most
   ``TKREG_PRELOAD_S`` seconds (default :data:`DEFAULT_PRELOAD_S`; 0 turns it off), leaving out
-  any whose inputs would take more than :data:`PRELOAD_MAX_BYTES`. It does nothing in a CUDA-graph
-  capture, a torch.compile trace or under a torch dispatch or function mode, where launching work
-  of its own would change what the caller records. That first call pays for the others.
+  any whose inputs would take more than :data:`PRELOAD_MAX_BYTES`. A first call made in a CUDA-graph
+  capture, a torch.compile trace or under a torch dispatch or function mode preloads nothing, then
+  or later: launching work of its own there would change what the caller records. That first call
+  pays for the others.
 
 Nothing is timed where the cache holds the bucket's choice, as it does for every remembered
 signature of this environment.

@@ -449,7 +449,7 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                 groups.append(f"{len(ratios)} {what}: first call {_median(ratios):.1f}x a warm call (median; "
                               f"{spread}; within 2x on {within}{_after_same_work(group)})")  # fmt: skip
         how = (f"after tkreg.ops.warm() ({mine[0].get('warm_s', '?')} s)" if warmed else
-               "calling each shape as a model would")  # fmt: skip
+               "calling each shape as a model would" + _preloaded(mine))  # fmt: skip
         said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
     torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
                           if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
@@ -467,6 +467,16 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                     "and clock), so each first call is also compared with a warm call made after the same work: "
                     "right after ten of the peer's calls, as the first call was (median of three).")  # fmt: skip
     return " ".join(said)
+
+
+def _preloaded(rows: Sequence[Mapping[str, Any]]) -> str:
+    """What the process's first call loaded ahead (tkreg.ops.warming.preload), where it says."""
+    said = next((r["preload"] for r in rows if isinstance(r.get("preload"), Mapping)), None)
+    if said is None:
+        return ""
+    left = f", {said['left']} left to their first calls" if said.get("left") else ""
+    return (f" (its first call, the process's first through tkreg.ops, loaded {said.get('signatures')} remembered "
+            f"kernel signatures ahead in {said.get('seconds')} s{left})")  # fmt: skip
 
 
 def _after_same_work(group: Sequence[Mapping[str, Any]]) -> str:

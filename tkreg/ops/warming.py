@@ -95,11 +95,14 @@ def preload(dispatchers: Mapping[str, Any], device: int) -> None:
     started = time.perf_counter()
     count = torch.cuda.device_count()
     done = skipped = 0
-    for dispatcher, key in _kernel_signatures(pending, device):
-        if time.perf_counter() - started > budget:
-            skipped += 1
-            continue
-        done += replay(dispatcher, key, count, PRELOAD_MAX_BYTES)
+    try:
+        for dispatcher, key in _kernel_signatures(pending, device):
+            if time.perf_counter() - started > budget:
+                skipped += 1
+                continue
+            done += replay(dispatcher, key, count, PRELOAD_MAX_BYTES)
+    except Exception as e:  # the caller's own call goes on: its signature loads when it runs
+        log.warning("tkreg.ops: the first call on cuda:%d stopped preloading (%s: %s)", device, type(e).__name__, e)
     seconds = time.perf_counter() - started
     preloads[device] = {"signatures": done, "left": skipped, "seconds": round(seconds, 3)}
     if done or skipped:

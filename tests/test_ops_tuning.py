@@ -590,34 +590,6 @@ def one_gpu(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return gpu_like
 
 
-def test_warm_replays_what_earlier_processes_ran_so_first_calls_plan_and_time_nothing(
-    one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
-) -> None:
-    from tests.ops_support import same_alignment_as
-    from tkreg.ops import dispatch, remembered
-
-    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
-    wide = torch.randn(64, 80, device=DEVICE)[:, 3:67]  # strided, and another alignment class
-    two_kernels.toy_mul(x, y)  # timed: toy_fast
-    two_kernels.toy_mul(wide, y)
-    monkeypatch.setitem(SPEED, "peer", 0.005)
-    small = torch.randn(5, 7, device=DEVICE)
-    two_kernels.toy_mul(small, small)  # timed: the peer
-    remembered.flush()
-
-    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
-    planned: list[Any] = []
-    plan = dispatch.Dispatcher.plan
-    monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
-    TIMED.clear()
-    assert fresh.warm() == {"toy_mul": 3}
-    assert len(planned) == 2 and TIMED == []  # the kernels' signatures are planned from the cache; the peer's not at all
-    planned.clear()
-    for a, b in ((same_alignment_as(x, 1), y), (wide, y), (small, small)):  # fresh values, the same signatures
-        torch.testing.assert_close(fresh.toy_mul(a, b), a * b)
-    assert planned == [] and TIMED == []  # every first call found its plan made
-
-
 def _earlier_process_ran(two_kernels: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """Two signatures a kernel runs and one the peer runs, remembered as a process's exit writes
     them; returns the inputs of each, kernels' first."""
@@ -634,38 +606,56 @@ def _earlier_process_ran(two_kernels: Any, monkeypatch: pytest.MonkeyPatch) -> l
     return [(x, y), (wide, y), (small, small)]
 
 
-def _planning(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+def _a_later_process(two_kernels: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[tuple[Any, ...]], list[Any]]:
+    """tkreg.ops installed anew over what an earlier process ran (:func:`_earlier_process_ran`),
+    with its plans counted: (tkreg.ops, that process's inputs, the plans made)."""
     from tkreg.ops import dispatch
 
+    ran = _earlier_process_ran(two_kernels, monkeypatch)
+    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
     planned: list[Any] = []
     plan = dispatch.Dispatcher.plan
     monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
-    return planned
+    TIMED.clear()
+    return fresh, ran, planned
+
+
+def _first_calls_find_their_plans(fresh: Any, ran: list[tuple[Any, ...]], planned: list[Any]) -> None:
+    from tests.ops_support import same_alignment_as
+
+    (x, y), *others = ran
+    planned.clear()
+    TIMED.clear()
+    for a, b in ((same_alignment_as(x, 1), y), *others):  # fresh values, the same signatures
+        torch.testing.assert_close(fresh.toy_mul(a, b), a * b)
+    assert planned == [] and TIMED == []  # every first call found its plan made
+
+
+def test_warm_replays_what_earlier_processes_ran_so_first_calls_plan_and_time_nothing(
+    one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    fresh, ran, planned = _a_later_process(two_kernels, monkeypatch)
+    assert fresh.warm() == {"toy_mul": 3}
+    assert len(planned) == 2 and TIMED == []  # the kernels' signatures are planned from the cache; the peer's not at all
+    _first_calls_find_their_plans(fresh, ran, planned)
 
 
 def test_the_first_call_on_a_gpu_preloads_the_remembered_kernel_signatures_so_their_first_calls_plan_nothing(
     one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
-    from tests.ops_support import same_alignment_as
     from tkreg.ops import keys, warming
 
-    (x, y), (wide, _), (small, _) = _earlier_process_ran(two_kernels, monkeypatch)
-    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
-    planned = _planning(monkeypatch)
+    fresh, ran, planned = _a_later_process(two_kernels, monkeypatch)
+    (x, y), (wide, _), _ = ran
     launched: list[Any] = []
     replay = warming.replay
     monkeypatch.setattr(warming, "replay", lambda *a, **k: launched.append(a[1]) or replay(*a, **k))
-    TIMED.clear()
     other = torch.randn(3, 9, device=DEVICE)
     torch.testing.assert_close(fresh.toy_mul(other, other), other * other)  # a new signature: planned and timed
     assert launched == [keys.tensors_key([wide, y]), keys.tensors_key([x, y])]  # the kernels' two, newest first
     assert warming.preloads[0]["signatures"] == 2
     assert len(planned) == 3 and TIMED  # the two replayed from the cache's choice, and this call's own
-    planned.clear()
-    TIMED.clear()
-    for a, b in ((same_alignment_as(x, 1), y), (wide, y), (small, small)):  # fresh values, the same signatures
-        torch.testing.assert_close(fresh.toy_mul(a, b), a * b)
-    assert planned == [] and TIMED == []  # every first call found its plan made
+    _first_calls_find_their_plans(fresh, ran, planned)
     assert len(launched) == 2  # once per process and device
 
 
@@ -675,8 +665,7 @@ def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_t
 ) -> None:
     from tkreg.ops import warming
 
-    (x, y), _, _ = _earlier_process_ran(two_kernels, monkeypatch)
-    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    fresh, ((x, y), *_), planned = _a_later_process(two_kernels, monkeypatch)
     warming.preloads.clear()
     if why == "turned off":
         monkeypatch.setenv(warming.ENV_PRELOAD, "0")
@@ -688,7 +677,6 @@ def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_t
         monkeypatch.setenv(warming.ENV_PRELOAD, "1e-9")
     else:  # what an op remembers cannot be read when the preload asks: the call itself still runs
         monkeypatch.setattr(warming, "_kernel_signatures", lambda *a: 1 / 0)
-    planned = _planning(monkeypatch)
     torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
     assert len(planned) == 1  # this call planned its own signature: nothing was planned ahead
     if why == "out of time":

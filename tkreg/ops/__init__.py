@@ -130,7 +130,8 @@ def warm(ops: Any = None) -> dict[str, int]:
     """Replay, on this process's GPUs, every signature earlier processes ran from a measured choice
     (remembered beside the tuning cache), so that later calls of them find their plans made and
     their kernels loaded; returns how many per op. Call it once at start-up, after the model is
-    on its GPUs (see :mod:`tkreg.ops.warming`)."""
+    on its GPUs (see :mod:`tkreg.ops.warming`). Without it, a process's first call on a GPU
+    preloads the newest of those a kernel runs, for up to ``TKREG_PRELOAD_S`` seconds."""
     from .warming import warm as replay
 
     names = None if ops is None else [ops] if isinstance(ops, str) else list(ops)

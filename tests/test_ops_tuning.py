@@ -659,6 +659,14 @@ def test_the_first_call_on_a_gpu_preloads_the_remembered_kernel_signatures_so_th
     assert len(launched) == 2  # once per process and device
 
 
+def test_a_first_call_whose_own_signature_the_preload_made_runs_that_plan(
+    one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    fresh, ((x, y), *_), planned = _a_later_process(two_kernels, monkeypatch)
+    torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
+    assert len(planned) == 2 and TIMED == []  # the preload's two, this call's among them: not planned again
+
+
 @pytest.mark.parametrize("why", ["turned off", "capturing", "too large", "out of time", "unreadable"])
 def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_too_large_out_of_time_or_failing(
     one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any, why: str

@@ -709,13 +709,10 @@ class Dispatcher:
         if device not in self._remembered:  # the first call on this device: read, then preload
             self.remembered_signatures(device)
             warming.preload(self.siblings or {self.op.name: self}, device)
-            made = self._plans.get(key)
-            if made is not None:
-                return made
         entry = self._remembered[device].get(key)
         if entry is None:
             return None
-        return self._plans.get(key) or self._recalled_plan(key, entry)  # reading them may have made it
+        return self._plans.get(key) or self._recalled_plan(key, entry)  # reading or preloading them may have made it
 
     def _recalled_plan(self, key: Any, entry: dict[str, Any]) -> Plan | None:
         """The plan of a remembered signature whose measured choice is the peer (None for others)."""

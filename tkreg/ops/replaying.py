@@ -80,7 +80,7 @@ class Replayer:
 
         outs = self.allocate()
         try:
-            tensors = (*inputs, *outs) if self.tensors_of is None else self.tensors_of(inputs, outs)
+            tensors = (self.tensors_of or _inputs_then_outputs)(inputs, outs)
             seen = recording.record(lambda: self.launch_into(inputs, outs), tensors)
         except InputError:  # the launcher refused: the ordinary run passes the call on and replans
             self.install(self.launched)

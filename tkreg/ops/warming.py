@@ -8,8 +8,8 @@ choice is remembered beside the tuning cache (:mod:`.remembered`), most recently
 
 - :func:`warm` replays every one on this process's GPUs: inputs of its exact dtypes, shapes,
   strides and alignment, filled with zeros (valid for any index input), through the op's dispatch,
-  which plans it, loads its kernel and launches it into a fresh output, three times (the
-  launcher's call, the recorded one, the first replay). Later calls of those signatures then
+  which plans it, loads its kernel and launches it into a fresh output, :data:`REPLAYED_CALLS`
+  times (the launcher's call, the recorded one, then replays). Later calls of those signatures then
   neither plan nor load; the first of each still runs slower than a warm call while the host's
   caches are cold for it (1.6-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27).
 - :func:`preload` does the same, on its own, at the first call on a GPU of a process that did not
@@ -39,9 +39,13 @@ from ..core.signature import ALIGNMENT_CLASS_BYTES
 from . import choosing, keys, remembered
 
 log = logging.getLogger("tkreg.ops")
-# Calls per signature: the first runs the launcher, the second is recorded (.replaying), the third
-# replays the recording, as every later call will.
-REPLAYED_CALLS = 3
+# Calls per signature: the first runs the launcher, the second is recorded (.replaying), the rest
+# replay the recording, as every later call will. Several replays, not one: a replay is a function
+# generated for its signature, and CPython specializes a function's bytecode over its first runs,
+# which a caller's first call would otherwise pay (a probe on an H200, 2026-11-28: the first calls
+# of 41 preloaded kernel-run shapes took 19-24 us more host time than a warm call with 8 calls
+# each, 21-40 us with 3). Each extra replay costs about 10 us of host time.
+REPLAYED_CALLS = 8
 ENV_PRELOAD = "TKREG_PRELOAD_S"
 DEFAULT_PRELOAD_S = 1.0
 PRELOAD_MAX_BYTES = 1 << 28  # a signature's zero-filled inputs: larger ones wait for their first call

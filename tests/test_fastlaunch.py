@@ -420,6 +420,37 @@ def test_a_bound_launch_prepares_its_arguments_once(gpu):
     assert [x[:3] for x in gpu.launches] == [(7, 1, 1), (7, 1, 1), (7, 2, 1), (7, 1, 1), (7, 1, 1)]
 
 
+def test_a_new_bound_launch_of_a_known_specialization_launches_it_directly(gpu, monkeypatch):
+    """New descriptors (a new activation's) of a specialization the launcher runs: the bound
+    launch's first call goes straight to the compiled kernel, each descriptor encoded once."""
+    layout = smem_layout()
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a, c = torch.zeros(100, 64), torch.zeros(100, 64)
+    launch.bind(FrozenDescriptor.of(a, [16, 64], layout), FrozenDescriptor.of(c, [16, 64], layout), 100, 64)((7,))
+    encoded = len(gpu.driver.utils.encoded)
+    through_launcher = []
+    original = Launcher.__call__
+
+    def counted(self: Launcher, grid: Any, *args: Any) -> None:
+        through_launcher.append(grid)
+        original(self, grid, *args)
+
+    monkeypatch.setattr(Launcher, "__call__", counted)
+    a2, c2 = torch.zeros(100, 64), torch.zeros(100, 64)
+    fresh = launch.bind(FrozenDescriptor.of(a2, [16, 64], layout), FrozenDescriptor.of(c2, [16, 64], layout), 100, 64)
+    fresh((7,))
+    fresh((7,))
+    assert through_launcher == [] and launch.slow_calls == 1 and len(gpu.compiles) == 1
+    assert len(gpu.driver.utils.encoded) == encoded + 2
+    first, new, again = gpu.launches
+    assert first[13][1] == a.data_ptr() and new[13][1] == a2.data_ptr()
+    assert without_hooks(new) == without_hooks(again)
+    assert without_hooks(new)[:10] == without_hooks(first)[:10]  # grid, device, stream, kernel: as before
+    with fastlaunch.disabled():  # its guards still apply: the ordinary path
+        launch.bind(FrozenDescriptor.of(a, [16, 64], layout), FrozenDescriptor.of(c2, [16, 64], layout), 100, 64)((7,))
+    assert through_launcher == [(7,)] and launch.slow_calls == 2
+
+
 def test_a_bound_launch_follows_the_current_device(gpu):
     launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
     a = torch.zeros(16, 64)

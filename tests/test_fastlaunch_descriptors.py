@@ -118,3 +118,35 @@ def test_tma_ready_agrees_with_tma_reasons():
         assert tma_ready(t, t.element_size()) == expected, (t.dtype, t.stride(), t.data_ptr() % 16)
         if expected:
             assert tma_layout(t, t.element_size()) == (t.data_ptr(), t.stride())
+
+
+def test_a_descriptor_of_a_new_tensor_gets_tritons_own_specialization():
+    """The specialization is kept by element type, block, padding and layout: descriptors that
+    differ in anything else (address, shape, strides) or in one of those get triton's own."""
+    fixed, other = layout(swizzle=128), layout(swizzle=64)
+    cases = [
+        (torch.zeros(64, 128), [16, 64], fixed, "zero"),
+        (torch.zeros(64, 128)[8:], [16, 64], fixed, "zero"),  # another address and shape
+        (torch.zeros(32, 256)[:, :128], [16, 64], fixed, "zero"),  # other strides
+        (torch.zeros(64, 128), [16, 64], fixed, "nan"),
+        (torch.zeros(64, 128), [32, 64], fixed, "zero"),
+        (torch.zeros(64, 128), [16, 64], other, "zero"),
+        (torch.zeros(64, 128), [16, 64], layout(swizzle=128), "zero"),  # an equal layout, a new object
+        (torch.zeros(64, 128, dtype=torch.float16), [16, 64], layout(swizzle=128, bits=16), "zero"),
+        (torch.zeros(64, 128, dtype=torch.bfloat16), [16, 64], layout(swizzle=128, bits=16), "zero"),
+    ]
+    specs = set()
+    for t, block, lay, padding in cases:
+        made = FrozenDescriptor.of(t, block, lay, padding)
+        reference = TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), lay, padding)
+        assert made.launch_spec == native_specialize_impl(BaseBackend, reference, False, True, True)
+        specs.add(made.launch_spec)
+    assert len(specs) == 5  # the fp32 blocks of 16x64 and 32x64, two swizzles, fp16 and bf16
+
+
+def test_a_frozen_descriptor_still_refuses_changes_after_a_cached_specialization():
+    t = torch.zeros(64, 128)
+    FrozenDescriptor.of(t, [16, 64], layout())
+    again = FrozenDescriptor.of(t[8:], [16, 64], layout())
+    with pytest.raises(AttributeError, match="immutable"):
+        again.shape = (1, 1)

@@ -173,13 +173,13 @@ class FrozenDescriptor(GluonTensorDescriptor):
     stays true: ``launch_spec`` (triton's specialization of it, computed once) and the launch
     arguments triton's CUDA launcher expands it to (kept per tensordesc metadata)."""
 
+    _frozen = False  # until __init__ ends (a class attribute: __setattr__ reads it without a miss)
+
     def __init__(self, base: Any, shape: Sequence[int], strides: Sequence[int], block_shape: Sequence[int],
                  layout: Any, padding: str = "zero") -> None:
         object.__setattr__(self, "_expansions", {})
         super().__init__(base, tuple(shape), tuple(strides), tuple(block_shape), layout, padding)
-        # A tensor descriptor's specialization ignores the backend and the parameter's flags (a
-        # test checks it), so one computation serves every kernel parameter it is passed to.
-        object.__setattr__(self, "launch_spec", native_specialize_impl(BaseBackend, self, False, True, True))
+        object.__setattr__(self, "launch_spec", _descriptor_spec(self))
         object.__setattr__(self, "_frozen", True)
 
     @classmethod
@@ -188,7 +188,7 @@ class FrozenDescriptor(GluonTensorDescriptor):
         return cls(TensorAddress(t.data_ptr(), t.dtype), t.shape, t.stride(), block_shape, layout, padding)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if getattr(self, "_frozen", False):
+        if self._frozen:
             raise AttributeError(f"FrozenDescriptor is immutable (tried to set {name!r}); make a new one")
         object.__setattr__(self, name, value)
 
@@ -202,6 +202,30 @@ class FrozenDescriptor(GluonTensorDescriptor):
         if expanded is None:
             expanded = self._expansions[meta_key] = make_tensordesc_arg(self, meta)
         return expanded
+
+
+# Triton's specialization of a descriptor, by what it is made of: the element type, the block, the
+# padding and the layout (by identity, confirmed with ``is``: the entry holds the layout, so its id
+# is not reused meanwhile). Not the address, shape or strides (a test checks it against triton's
+# own on descriptors that differ in those), so a descriptor of a new tensor (a new activation)
+# finds it: making the string prints the layout, several microseconds a descriptor.
+_SPEC_CACHE_SIZE = 256
+_specs: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any]]] = {}
+
+
+def _descriptor_spec(desc: FrozenDescriptor) -> tuple[Any, Any]:
+    """``native_specialize_impl`` of a descriptor, which ignores the backend and the parameter's
+    flags (a test checks it), so one computation serves every kernel parameter it is passed to."""
+    layout = desc.layout
+    key = (desc.base.dtype, desc.block_shape, desc.padding, type(layout), id(layout))
+    found = _specs.get(key)
+    if found is not None and found[0] is layout:
+        return found[1]
+    spec = native_specialize_impl(BaseBackend, desc, False, True, True)
+    if len(_specs) >= _SPEC_CACHE_SIZE:
+        del _specs[next(iter(_specs))]  # the oldest
+    _specs[key] = (layout, spec)
+    return spec
 
 
 # -- the launcher --------------------------------------------------------------------------------
@@ -398,6 +422,10 @@ class BoundLaunch:
 
     def __call__(self, grid: Any) -> None:
         fn = self.launcher._jit
+        if self._flat is None and self.immutable and fn is not None:
+            # a specialization the launcher already runs (a bound launch of new descriptors, e.g.
+            # a new activation's): expanded once here, not once by the launcher and once after
+            self._keep(_current_device())
         if self._flat is not None and _fast_path_open(fn, grid) and (not fn.used_global_vals or _globals_unchanged(fn)):
             device = _current_device()
             if device == self._device:

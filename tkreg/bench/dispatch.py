@@ -487,7 +487,7 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
         hidden = torch.empty(tokens, i, device="cuda", dtype=torch.bfloat16)
         products = {"x @ gate.t()": (x, weights[0].t()), "x @ up.t()": (x, weights[1].t()),
                     "h @ down.t()": (hidden, weights[2].t())}
-        row["decisions"] = {what: ops.explain(op, a, b)[:300] for what, (a, b) in products.items()}
+        row["decisions"] = {what: ops.explain(op, a, b).splitlines()[0][:2000] for what, (a, b) in products.items()}
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return row
@@ -546,7 +546,7 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
         grad_out, grad_h = torch.empty(t, w2.shape[0], device="cuda", dtype=x.dtype), torch.empty_like(h)
         products = {"x @ w1.t()": (x, w1.t()), "h @ w2.t()": (h, w2.t()), "d_out @ w2": (grad_out, w2.detach()),
                     "h.t() @ d_out": (h.t(), grad_out), "d_h @ w1": (grad_h, w1.detach()), "x.t() @ d_h": (x.t(), grad_h)}
-        row["decisions"] = {what: ops.explain(op, a, b)[:300] for what, (a, b) in products.items()}
+        row["decisions"] = {what: ops.explain(op, a, b).splitlines()[0][:2000] for what, (a, b) in products.items()}
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     say(f"  training step: {row}")

@@ -11,7 +11,8 @@ choice is remembered beside the tuning cache (:mod:`.remembered`), most recently
   which plans it, loads its kernel and launches it into a fresh output, :data:`REPLAYED_CALLS`
   times (the launcher's call, the recorded one, then replays). Later calls of those signatures then
   neither plan nor load; the first of each still runs slower than a warm call while the host's
-  caches are cold for it (1.6-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27).
+  caches are cold for it (1.6-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27
+  and 2026-11-28).
 - :func:`preload` does the same, on its own, at the first call on a GPU of a process that did not
   call :func:`warm` on it: for the signatures a kernel runs on that GPU only (a peer's first call
   costs torch what it costs torch code), most recently planned first, for at most

@@ -124,6 +124,26 @@ def driver_version() -> str:
     return f"{version.value // 1000}.{version.value % 1000 // 10}"
 
 
+def interpreter_blocker_for(triton_version: str | None, numpy_version: str | None) -> str | None:
+    """Why Triton's interpreter cannot run kernels with these versions installed (None: it can).
+    Triton 3.6's interpreter converts one-element arrays to Python scalars, which numpy 2.4 made
+    an error: every kernel it runs then fails with numpy's "only 0-dimensional arrays can be
+    converted to Python scalars", whatever the kernel."""
+    release = re.match(r"(\d+)\.(\d+)", numpy_version or "")
+    if not (triton_version or "").startswith("3.6.") or release is None:
+        return None
+    if (int(release.group(1)), int(release.group(2))) < (2, 4):
+        return None
+    return (f"triton {triton_version}'s interpreter fails under numpy >= 2.4 (this environment has numpy "
+            f"{numpy_version}); install numpy<2.4 to run kernels under the interpreter")
+
+
+@functools.cache
+def interpreter_blocker() -> str | None:
+    """:func:`interpreter_blocker_for` the installed triton and numpy."""
+    return interpreter_blocker_for(installed_version("triton"), installed_version("numpy"))
+
+
 @functools.cache
 def installed_version(distribution: str) -> str | None:
     """Version of an installed distribution, read from its metadata (no import). The Version

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from ..core import dtypes
-from ..core.platform import Platform, current, visible_gpus
+from ..core.platform import Platform, current, interpreter_blocker, visible_gpus
 from ..core.registry import Registry, unmet_requirements
 from ..core.specs import config_id
 from ..launch.inputs import interpreter_active
@@ -168,6 +168,8 @@ def skip_reason(session: Session, spec: ItemSpec) -> str | None:
         return f"{kernel.name}: " + "; ".join(reasons)
     if not platform.is_gpu and session.in_process and not interpreter_active():
         return "no GPU and TRITON_INTERPRET is not set, so the interpreter is not active in this process"
+    if not platform.is_gpu:
+        return interpreter_blocker()  # an environment the interpreter cannot run in: say so, once per item
     return None
 
 

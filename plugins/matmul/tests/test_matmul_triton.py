@@ -28,6 +28,7 @@ from tkreg_matmul.configs import (
 from tkreg_matmul.triton_kernel import VECTOR, alignment
 
 from tkreg.core.loading import build_registry
+from tkreg.core.platform import interpreter_blocker
 from tkreg.launch.aot import check_code, cuobjdump_path
 from tkreg.testing.aot_worker import compile_installed
 
@@ -183,6 +184,7 @@ print("reduced")
 """
 
 
+@pytest.mark.skipif(interpreter_blocker() is not None, reason=str(interpreter_blocker()))
 def test_split_k_reduction_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, "-c", REDUCE_RUN], env=env, capture_output=True, text=True, timeout=300)

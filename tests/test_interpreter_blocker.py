@@ -54,3 +54,11 @@ def test_interpreter_items_are_skipped_with_the_blocker_as_reason(interpreter_se
     monkeypatch.setattr(runners, "interpreter_blocker", lambda: message)
     assert runners.skip_reason(interpreter_session, item) == message
     assert runners.skip_reason(interpreter_session, compile_item) is None  # compiling needs no interpreter
+
+
+def test_the_tests_mark_follows_the_blocker():
+    from tkreg.testing.markers import runs_the_interpreter
+
+    blocker = platform.interpreter_blocker()
+    assert runs_the_interpreter.args == (blocker is not None,)
+    assert runs_the_interpreter.kwargs["reason"] == (blocker or "")

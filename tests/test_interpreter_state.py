@@ -13,6 +13,7 @@ import triton.language as tl
 import triton.language.core as core
 
 from tkreg.testing.interpreter_state import language_restored
+from tkreg.testing.markers import runs_the_interpreter
 
 
 def test_replaced_added_and_class_attributes_are_restored() -> None:
@@ -48,6 +49,7 @@ def run_probe(mode: str) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+@runs_the_interpreter
 def test_language_helpers_stay_correct_over_repeated_restored_runs_and_compiles_still_work() -> None:
     """A third-party kernel calling tl.max, tl.min, tl.argmax, tl.sum, tl.reduce, tl.cumsum,
     tl.sort and tl.where is right on every interpreted call, each wrapped as the pytest plugin
@@ -59,6 +61,7 @@ def test_language_helpers_stay_correct_over_repeated_restored_runs_and_compiles_
     assert probe["compile_error"] == ""
 
 
+@runs_the_interpreter
 def test_without_the_restore_the_interpreter_leaves_triton_language_patched() -> None:
     """The control: the leak language_restored exists for is real in this triton."""
     probe = run_probe("bare")

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+from tkreg.testing.markers import runs_the_interpreter
+
 CHECKS = r"""
 import torch
 from tkreg_elementwise.add_triton import LARGE_CONFIG, add_triton
@@ -55,6 +57,7 @@ print("checked", count)
 """
 
 
+@runs_the_interpreter
 def test_interpreter_edge_cases():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, "-c", CHECKS], env=env, capture_output=True, text=True, timeout=600)

@@ -12,7 +12,7 @@ import pytest
 from tkreg_matmul.checks import MAX_BATCHES, batched_operand_reasons, matrix_inputs_reasons
 from tkreg_matmul.triton_kernel import alignment
 
-from tkreg.core.platform import interpreter_blocker
+from tkreg.testing.markers import runs_the_interpreter
 
 torch = pytest.importorskip("torch")
 
@@ -73,7 +73,7 @@ print("failures", failures)
 """
 
 
-@pytest.mark.skipif(interpreter_blocker() is not None, reason=str(interpreter_blocker()))
+@runs_the_interpreter
 def test_products_under_the_interpreter_match_float64() -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", RUN], capture_output=True, text=True, timeout=600, env=env)

@@ -28,9 +28,9 @@ from tkreg_matmul.configs import (
 from tkreg_matmul.triton_kernel import VECTOR, alignment
 
 from tkreg.core.loading import build_registry
-from tkreg.core.platform import interpreter_blocker
 from tkreg.launch.aot import check_code, cuobjdump_path
 from tkreg.testing.aot_worker import compile_installed
+from tkreg.testing.markers import runs_the_interpreter
 
 # The interpreter must be switched on before the kernel module is imported, so the run happens in a
 # fresh process; it prints one line per failing check and "checked N" at the end.
@@ -59,6 +59,7 @@ def kernel():
     return build_registry(env={"TKREG_PLUGINS": "matmul"}).kernel("matmul_triton")
 
 
+@runs_the_interpreter
 def test_interpreter_default_cases_small_tiles(kernel):
     index = next(i for i, c in enumerate(kernel.configs) if c == SMALL)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -184,7 +185,7 @@ print("reduced")
 """
 
 
-@pytest.mark.skipif(interpreter_blocker() is not None, reason=str(interpreter_blocker()))
+@runs_the_interpreter
 def test_split_k_reduction_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, "-c", REDUCE_RUN], env=env, capture_output=True, text=True, timeout=300)

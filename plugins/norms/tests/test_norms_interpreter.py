@@ -22,6 +22,7 @@ import torch
 import tkreg
 from tkreg.core.loading import build_registry
 from tkreg.core.specs import case
+from tkreg.testing.markers import runs_the_interpreter
 
 CHECKS: dict[str, Callable[[], list[str]]] = {}
 SMALL_BLOCKS = {"BLOCK": 256, "ROWS": 2, "num_warps": 2}
@@ -307,6 +308,7 @@ def results() -> dict[str, list[str]]:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+@runs_the_interpreter
 @pytest.mark.parametrize("name", list(CHECKS))
 def test_under_the_interpreter(results: dict[str, list[str]], name: str) -> None:
     assert name in results, f"{name} did not run"

@@ -22,6 +22,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tkreg.testing.markers import runs_the_interpreter
+
 
 def _skip_reason() -> str | None:
     import tkreg
@@ -132,6 +134,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+@runs_the_interpreter
 def test_tkreg_ops_match_torch_with_autograd_and_torch_compile_on_3d_inputs(outcome: dict[str, Any]) -> None:
     if "skip" in outcome:
         pytest.skip(outcome["skip"])

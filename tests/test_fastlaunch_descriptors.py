@@ -150,3 +150,16 @@ def test_a_frozen_descriptor_still_refuses_changes_after_a_cached_specialization
     again = FrozenDescriptor.of(t[8:], [16, 64], layout())
     with pytest.raises(AttributeError, match="immutable"):
         again.shape = (1, 1)
+
+
+def test_the_specialization_cache_stays_bounded_and_right(monkeypatch):
+    from tkreg.launch import fastlaunch
+
+    monkeypatch.setattr(fastlaunch, "_SPEC_CACHE_SIZE", 4)
+    monkeypatch.setattr(fastlaunch, "_specs", {})
+    t = torch.zeros(64, 128)
+    for block in ([8, 64], [16, 64], [32, 64], [64, 64], [8, 32], [16, 32]):
+        made = FrozenDescriptor.of(t, block, layout())
+        reference = TensorDescriptor(t, list(t.shape), list(t.stride()), block, made.layout)
+        assert made.launch_spec == native_specialize_impl(BaseBackend, reference, False, True, True)
+        assert len(fastlaunch._specs) <= 4

@@ -223,7 +223,7 @@ def _descriptor_spec(desc: FrozenDescriptor) -> tuple[Any, Any]:
         return found[1]
     spec = native_specialize_impl(BaseBackend, desc, False, True, True)
     if len(_specs) >= _SPEC_CACHE_SIZE:
-        del _specs[next(iter(_specs))]  # the oldest
+        _specs.pop(next(iter(_specs)), None)  # the oldest (None: another thread took it first)
     _specs[key] = (layout, spec)
     return spec
 

@@ -79,7 +79,7 @@ def descriptor(t: Any, block_shape: Sequence[int], name: str, layout: Any = None
         fail_if(tma_reasons(t, name))
     made = FrozenDescriptor.of(t, block, layout if layout is not None else shared_layout(block, t.dtype))
     if len(_DESCRIPTORS) >= DESCRIPTOR_CACHE_SIZE:
-        del _DESCRIPTORS[next(iter(_DESCRIPTORS))]
+        _DESCRIPTORS.pop(next(iter(_DESCRIPTORS)), None)  # the oldest (None: another thread took it first)
     _DESCRIPTORS[key] = made
     return made
 

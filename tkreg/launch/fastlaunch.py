@@ -71,6 +71,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTen
 from triton.knobs import HookChain
 from triton.runtime.jit import JITFunction, KernelParam, native_specialize_impl
 
+from ..core import bounded
+
 try:  # the CUDA launcher's pieces; without them every launch takes ``run`` (or the ordinary path)
     from triton.backends.nvidia.driver import CudaLauncher, make_tensordesc_arg
 except ImportError:  # pragma: no cover - triton without its NVIDIA backend
@@ -222,9 +224,7 @@ def _descriptor_spec(desc: FrozenDescriptor) -> tuple[Any, Any]:
     if found is not None and found[0] is layout:
         return found[1]
     spec = native_specialize_impl(BaseBackend, desc, False, True, True)
-    if len(_specs) >= _SPEC_CACHE_SIZE:
-        _specs.pop(next(iter(_specs)), None)  # the oldest (None: another thread took it first)
-    _specs[key] = (layout, spec)
+    bounded.put(_specs, key, (layout, spec), _SPEC_CACHE_SIZE)
     return spec
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core import dtypes
+from ..core import bounded, dtypes
 from .inputs import fail_if, tma_reasons
 
 # Element type names in triton signatures.
@@ -78,10 +78,7 @@ def descriptor(t: Any, block_shape: Sequence[int], name: str, layout: Any = None
     if not checked:
         fail_if(tma_reasons(t, name))
     made = FrozenDescriptor.of(t, block, layout if layout is not None else shared_layout(block, t.dtype))
-    if len(_DESCRIPTORS) >= DESCRIPTOR_CACHE_SIZE:
-        _DESCRIPTORS.pop(next(iter(_DESCRIPTORS)), None)  # the oldest (None: another thread took it first)
-    _DESCRIPTORS[key] = made
-    return made
+    return bounded.put(_DESCRIPTORS, key, made, DESCRIPTOR_CACHE_SIZE)
 
 
 def clear_descriptor_cache() -> None:

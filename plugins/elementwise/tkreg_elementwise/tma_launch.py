@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tkreg.core import dtypes
+from tkreg.core import bounded, dtypes
 from tkreg.launch.aot import AotSpec
 from tkreg.launch.fastlaunch import BoundLaunch, Launcher
 from tkreg.launch.tma import descriptor, descriptor_signature
@@ -149,9 +149,7 @@ class TmaAddKernel:
             plan = self.plan(name, {**params, "tiles_per_program": 1})
             programs = grid(m, n, plan.config)
         if key is not None:
-            if len(_SHAPE_PLANS) >= SHAPE_PLANS:
-                del _SHAPE_PLANS[next(iter(_SHAPE_PLANS))]
-            _SHAPE_PLANS[key] = (plan, programs)
+            bounded.put(_SHAPE_PLANS, key, (plan, programs), SHAPE_PLANS)
         return plan, programs
 
     def launch(self, a: Any, b: Any, out: Any, params: Mapping[str, Any]) -> Any:
@@ -172,9 +170,7 @@ class TmaAddKernel:
         except TypeError:  # an unhashable parameter value: plan() explains what is wrong
             bound, programs = self._bound_launch(a, b, out, params)
         except KeyError:
-            bound, programs = _BOUND[key] = self._bound_launch(a, b, out, params)
-            if len(_BOUND) > BOUND_LAUNCHES:
-                del _BOUND[next(iter(_BOUND))]
+            bound, programs = bounded.put(_BOUND, key, self._bound_launch(a, b, out, params), BOUND_LAUNCHES)
         bound(programs)
         return out
 

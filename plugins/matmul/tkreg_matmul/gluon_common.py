@@ -14,6 +14,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
 
+from tkreg.core import bounded
 from tkreg.launch.inputs import TMA_ALIGNMENT
 from tkreg.launch.tma import descriptor_signature, shared_layout
 
@@ -174,9 +175,7 @@ class GluonLaunch:
                 descriptor(t, blocks[name], name, _layout(tuple(blocks[name]), t.dtype), checked=True)
                 for t, name in zip(tensors, ("a", "b", "c"))
             ]
-            if len(self._bound) >= self.max_bound:
-                del self._bound[next(iter(self._bound))]  # the oldest
-            bound = self._bound[key] = launcher.bind(*descs)
+            bound = bounded.put(self._bound, key, launcher.bind(*descs), self.max_bound)
         bound(grid)
 
 

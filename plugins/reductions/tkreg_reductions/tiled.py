@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tkreg.core import bounded
 from tkreg.core.capability import Arch
 from tkreg.launch.aot import AotSpec
 from tkreg.launch.fastlaunch import Launcher
@@ -215,10 +216,7 @@ def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, .
     found = TiledPlan(
         config, cols_per_split, split, (cdiv(m, config.BLOCK_M), split), partial, combine, (cdiv(m, COMBINE_ROWS),)
     )
-    if len(_PLANS) >= PLANS:
-        del _PLANS[next(iter(_PLANS))]
-    _PLANS[key] = found
-    return found
+    return bounded.put(_PLANS, key, found, PLANS)
 
 
 def sum_row_tiled(

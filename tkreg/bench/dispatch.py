@@ -482,12 +482,11 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
                              "eager_torch_us": lambda: with_torch(x, *weights)}))  # fmt: skip
         row["ratio"] = round(row["torch_compile_us"] / row["tkreg_us"], 4)
         row["graphs_ratio"] = round(row["torch_graphs_us"] / row["tkreg_graphs_us"], 4)
-        from .. import ops
 
         hidden = torch.empty(tokens, i, device="cuda", dtype=torch.bfloat16)
         products = {"x @ gate.t()": (x, weights[0].t()), "x @ up.t()": (x, weights[1].t()),
                     "h @ down.t()": (hidden, weights[2].t())}
-        row["decisions"] = {what: ops.explain(op, a, b).splitlines()[0][:2000] for what, (a, b) in products.items()}
+        row["decisions"] = _decisions(op, products)
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return row
@@ -512,6 +511,14 @@ def _wrapper_calls(sources: Sequence[str]) -> list[str]:
     return bodies
 
 
+def _decisions(op: str, products: dict[str, tuple[Any, Any]]) -> dict[str, str]:
+    """What tkreg.ops does for each product and why: the first line of its explanation, which
+    names every candidate's time."""
+    from .. import ops
+
+    return {what: ops.explain(op, a, b).splitlines()[0][:2000] for what, (a, b) in products.items()}
+
+
 def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
     """The step's time; what the forward's two products run, and what tkreg.ops would run for
     the backward formula's four (the input's gradient d_out @ W and the weight's x.t() @ d_out),
@@ -520,7 +527,6 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
     import torch
     import torch.nn.functional as F
 
-    from .. import ops
 
     t, h, inner = TRAIN["tokens"], TRAIN["hidden"], TRAIN["inner"]
     x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
@@ -546,7 +552,7 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
         grad_out, grad_h = torch.empty(t, w2.shape[0], device="cuda", dtype=x.dtype), torch.empty_like(h)
         products = {"x @ w1.t()": (x, w1.t()), "h @ w2.t()": (h, w2.t()), "d_out @ w2": (grad_out, w2.detach()),
                     "h.t() @ d_out": (h.t(), grad_out), "d_h @ w1": (grad_h, w1.detach()), "x.t() @ d_h": (x.t(), grad_h)}
-        row["decisions"] = {what: ops.explain(op, a, b).splitlines()[0][:2000] for what, (a, b) in products.items()}
+        row["decisions"] = _decisions(op, products)
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     say(f"  training step: {row}")

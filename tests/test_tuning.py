@@ -164,6 +164,51 @@ def test_close_candidates_get_more_rounds_and_the_rest_do_not() -> None:
     assert tuning.fastest(times) == "nearer"
 
 
+def test_a_peer_held_back_in_its_first_sitting_wins_the_second_and_the_bucket() -> None:
+    """A busy host slows whatever runs while it is busy: here the peer's first sitting reads it 20%
+    slow. A kernel's lead must hold in a second sitting of the leaders and the peer; each keeps
+    its faster sitting, so the peer takes the bucket back."""
+    def kernel() -> None: ...
+    def far() -> None: ...
+    def peer() -> None: ...
+
+    seen: list[object] = []
+
+    def clock(call: object, n: int) -> tuple[float, float]:
+        seen.append(call)
+        if call is peer:
+            slowed = seen.count(peer) <= 3 + tuning.ROUNDS  # its warm-up and first sitting
+            return (0.0465 * (1.25 if slowed else 1.0) * n, 0.038 * n if slowed else 0.020 * n)
+        return ((0.0486 if call is kernel else 0.080) * n, 0.009 * n)
+
+    host: dict[str, float] = {}
+    times = tuning.measure({"kernel": kernel, "far": far, PEER: peer}, 10, clock, host=host)
+    rounds = seen[3 * 3:]
+    assert rounds.count(kernel) == rounds.count(peer) == 2 * tuning.ROUNDS and rounds.count(far) == tuning.ROUNDS
+    assert times[PEER] == pytest.approx(46.5) and host[PEER] == pytest.approx(20.0)  # the second sitting's
+    assert times["kernel"] == pytest.approx(48.6) and tuning.fastest(times, host) == PEER
+
+
+def test_a_lead_that_holds_in_both_sittings_keeps_the_bucket_and_a_spent_budget_sits_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def kernel() -> None: ...
+    def peer() -> None: ...
+
+    clock = FakeClock({kernel: 0.030, peer: 0.050})
+    times = tuning.measure({"kernel": kernel, PEER: peer}, 10, clock)
+    assert clock.calls == 2 * 3 + 4 * tuning.ROUNDS and tuning.fastest(times) == "kernel"
+    assert times == {"kernel": pytest.approx(30.0), PEER: pytest.approx(50.0)}
+    alone = FakeClock({kernel: 0.030})
+    tuning.measure({"kernel": kernel}, 10, alone)
+    assert alone.calls == 3 + tuning.ROUNDS  # nothing to sit against
+    spent = FakeClock({kernel: 0.030, peer: 0.050})
+    seconds = iter(range(1000))  # each reading of the time a second later: the start, each candidate, the second sitting
+    monkeypatch.setattr(tuning.time, "monotonic", lambda: float(next(seconds)))
+    tuning.measure({"kernel": kernel, PEER: peer}, 2, spent)
+    assert spent.calls == 2 * 3 + 2 * tuning.ROUNDS  # both timed, one sitting: the budget ran out before the second
+
+
 def test_a_failing_candidate_is_reported_not_raised() -> None:
     def broken() -> None:
         raise RuntimeError("no kernel image")
@@ -196,7 +241,9 @@ def test_concurrent_first_calls_of_a_bucket_time_it_once(tmp_path: Path) -> None
     for t in threads:
         t.join()
     assert {r.winner for r in results if r is not None} == {"k1"} and len(results) == 8
-    timed_once = 2 * 3 + 2 * tuning.ROUNDS  # two warm-up calls and the estimate per candidate, then the rounds (not close)
+    # two warm-up calls and the estimate per candidate, a sitting of both, then the peer's second
+    # sitting against the kernel that led it
+    timed_once = 2 * 3 + 2 * tuning.ROUNDS + 2 * tuning.ROUNDS
     assert clock.calls == timed_once
     # a new process (a new tuner over the same folder) times nothing
     fresh = Tuner("op", TuningCache(tmp_path, ENV))

@@ -5,6 +5,7 @@ call of calls queued back to back. GPU only; torch is imported inside the functi
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import statistics
@@ -77,7 +78,7 @@ def peer_call(op: Op, inputs: tuple[Any, ...], out: Any) -> Call | None:
     if op.peer is None:
         return None
     peer, params = refs.resolve(op.peer), op.defaults
-    return lambda: peer(*inputs, out=out, **params)
+    return functools.partial(peer, *inputs, out=out, **params)  # no frame of its own: a model calls it directly
 
 
 def launchers(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str, Callable[..., Any]]:
@@ -91,10 +92,9 @@ def launcher_call(op: Op, launcher: Callable[..., Any], inputs: tuple[Any, ...],
     (and tkreg.ops) does: the launcher's own where it allocates one, else the op's make_output."""
     params = op.defaults
     if out is not None:
-        keywords = {**params, "out": out}
-        return lambda: launcher(*inputs, **keywords)
+        return functools.partial(launcher, *inputs, **params, out=out)
     if allocates(launcher):
-        return lambda: launcher(*inputs, **params)
+        return functools.partial(launcher, *inputs, **params)
     allocate = refs.resolve(op.make_output)
     sizes = harness.accepted(allocate, params)
     return lambda: launcher(*inputs, out=allocate(*inputs, **sizes), **params)
@@ -135,8 +135,7 @@ def ops_call(op: Op, inputs: tuple[Any, ...]) -> Call:
     their defaults."""
     from .. import ops
 
-    fn = ops.get(op.name)
-    return lambda: fn(*inputs)
+    return functools.partial(ops.get(op.name), *inputs)  # bound, as a model's call binds them: no frame between
 
 
 def torch_op_call(op: Op, inputs: tuple[Any, ...]) -> Call | None:

@@ -304,19 +304,11 @@ def _leaders(medians: Mapping[str, float]) -> list[str]:
 
 def _sitting(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]], rounds: int,
              clock: Any) -> tuple[dict[str, float], dict[str, float]]:
-    """``rounds`` rounds of ``order``: each call's median per-call wall time, and its median host
-    time where the clock gives one (us)."""
+    """``rounds`` rounds of ``order`` ((name, calls per round)), in an order that reverses from
+    round to round: each call's median per-call wall time, and its median host time where the
+    clock gives one (us)."""
     taken: dict[str, list[float]] = {name: [] for name, _ in order}
     queued: dict[str, list[float]] = {name: [] for name, _ in order}
-    _rounds(calls, order, rounds, clock, taken, queued)
-    return ({name: statistics.median(values) for name, values in taken.items()},
-            {name: statistics.median(values) for name, values in queued.items() if values})
-
-
-def _rounds(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]], rounds: int, clock: Any,
-            taken: dict[str, list[float]], queued: dict[str, list[float]]) -> None:
-    """``rounds`` rounds of ``order`` ((name, calls per round)), each call's per-call time added to
-    ``taken`` (and the host's to ``queued``), in an order that reverses from round to round."""
     for _ in range(rounds):
         for name, n in order:
             got = clock(calls[name], n)
@@ -324,6 +316,8 @@ def _rounds(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]]
             if isinstance(got, tuple):
                 queued[name].append(got[1] / n * 1e3)
         order.reverse()  # each call goes first as often as last: what a round's start costs hits them alike
+    return ({name: statistics.median(values) for name, values in taken.items()},
+            {name: statistics.median(values) for name, values in queued.items() if values})
 
 
 def _within(times: Mapping[str, float], band: float) -> list[str]:

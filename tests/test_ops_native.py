@@ -21,6 +21,7 @@ from tests.ops_support import (  # noqa: E402
     choice_by_priority,
     install,
     registry_with,
+    rms_reference,
     same_alignment_as,
     toy_kernel,
     toy_mul_torch,
@@ -184,13 +185,55 @@ def test_the_fast_path_finds_plans_with_either_key(key_mode: str, monkeypatch: p
 def test_a_table_starting_over_forgets_its_aliases(key_mode: str) -> None:
     mul = tkreg.ops._installed["dispatchers"]["toy_mul"]
     x = torch.randn(3, 3)
-    tkreg.ops.toy_mul(x, x)
+    with torch.no_grad():
+        for _ in range(2):  # the second call finds the plan (and the C++ call keeps it in its memo)
+            tkreg.ops.toy_mul(x, x)
     assert len(mul._plans.fast) == (1 if key_mode == "cpp" else 0)
     mul._plans.clear()
     assert not mul._plans and not mul._plans.fast
     with torch.no_grad():
         torch.testing.assert_close(tkreg.ops.toy_mul(x, x), x * x, rtol=0, atol=0)
     assert len(mul._plans) == 1 and len(mul._plans.fast) == (1 if key_mode == "cpp" else 0)
+
+
+def test_recent_plans_are_found_as_the_table_finds_them(key_mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C++ call keeps the plans it found last (a memo of a few slots); calls of more
+    signatures than it has slots, interleaved, and of one signature with parameter values given
+    or not, each run their own plan, and none is planned twice."""
+    mul, rms = (tkreg.ops._installed["dispatchers"][name] for name in ("toy_mul", "toy_rms_norm"))
+    shapes = [(m, n) for m in range(1, 7) for n in range(1, 7)]  # 36 signatures: more than the memo's slots
+    tensors = [(torch.randn(*s), torch.randn(*s)) for s in shapes]
+    x, w = torch.randn(5, 7), torch.randn(7)
+    eps_calls = [{}, {"eps": 0.25}, {"eps": 0.5}, {"eps": 1e-6}]
+    with torch.no_grad():
+        for a, b in tensors:
+            tkreg.ops.toy_mul(a, b)
+        for params in eps_calls:
+            tkreg.ops.toy_rms_norm(x, w, **params)
+        for dispatcher in (mul, rms):
+            monkeypatch.setattr(dispatcher, "plan", lambda *a, **k: pytest.fail("planned again"))
+        for _ in range(3):
+            for a, b in tensors:
+                torch.testing.assert_close(tkreg.ops.toy_mul(a, b), a * b, rtol=0, atol=0)
+            for params in eps_calls:
+                expected = rms_reference(x, w, params.get("eps", rms.params.defaults[0]))[0]
+                torch.testing.assert_close(tkreg.ops.toy_rms_norm(x, w, **params), expected)
+    eps_values = {params.get("eps", rms.params.defaults[0]) for params in eps_calls}
+    assert len(mul._plans) == len(shapes) and len(rms._plans) == len(eps_values)
+
+
+def test_a_plan_given_under_a_key_that_had_another_empties_the_memo() -> None:
+    table = keys.PlanTable(has_params=False)
+    x = torch.randn(3, 3)
+    key = keys.tensors_key([x])
+    before = bytes(table.epoch)
+    table[key] = "first"
+    assert bytes(table.epoch) == before  # a new key: the memo holds nothing of it
+    table[key] = "second"
+    changed = bytes(table.epoch)
+    assert changed != before or native.packer() is None
+    table.clear()
+    assert bytes(table.epoch) != changed
 
 
 def _outcomes() -> list[Any]:

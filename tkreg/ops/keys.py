@@ -72,22 +72,32 @@ class PlanTable(dict):  # type: ignore[type-arg]  # Python key -> plan
     """A dispatcher's plans by their Python key, and in ``fast`` by the C++ key of the same
     signature (:mod:`.native`: the generated fast paths' lookup where it is in use), packed from the
     Python key as each plan is kept, so a plan made without tensors (a remembered signature) is
-    found on the fast path too. A plan is never replaced under its key; the two start over together."""
+    found on the fast path too. A plan is never replaced under its key; the two start over together.
+    ``epoch`` (8 bytes, read by the C++ call's memo of recent plans) changes whenever they start
+    over or a packed key is given another plan, so that no memo keeps a plan the table dropped."""
 
     def __init__(self, has_params: bool) -> None:
         super().__init__()
         self.fast: dict[Any, Any] = {}
         self.has_params = has_params
+        self.epoch = bytearray(8)
         self._pack = native.packer()
 
     def __setitem__(self, key: tuple[Any, ...], plan: Any) -> None:
         super().__setitem__(key, plan)
         if self._pack is not None:  # the fast paths' spelling: packed tensors, then the values if any
-            self.fast[(self._pack(key[:-1]), key[-1]) if self.has_params else self._pack(key)] = plan
+            packed = (self._pack(key[:-1]), key[-1]) if self.has_params else self._pack(key)
+            if self.fast.get(packed, plan) is not plan:
+                self._next_epoch()
+            self.fast[packed] = plan
 
     def clear(self) -> None:
         super().clear()
         self.fast.clear()
+        self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        self.epoch[:] = ((int.from_bytes(self.epoch, "little") + 1) % (1 << 64)).to_bytes(8, "little")
 
 
 # -- keys as plain data, for later processes -------------------------------------------------------

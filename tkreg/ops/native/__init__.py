@@ -37,7 +37,7 @@ def packer() -> Callable[[tuple[Any, ...]], bytes] | None:
 
 
 def fast_caller() -> Callable[..., Any] | None:
-    """``fast_call(name, doc, table, slow, graded, names, kinds, defaults) -> builtin``: tkreg.ops.<op>'s
+    """``fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch) -> builtin``: tkreg.ops.<op>'s
     planned call in C++ (see fast_call.cpp); None where the extension is not in use."""
     module = _load()[0]
     return getattr(module, "fast_call", None) if module is not None else None

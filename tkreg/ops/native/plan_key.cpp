@@ -82,38 +82,49 @@ bool tkreg_append_ints(PyObject* tuple, std::vector<int64_t>& into) {
   return true;
 }
 
-PyObject* tkreg_packed_key(PyObject* const* args, Py_ssize_t count) {
-  // One header, the sizes, the strides and the alignment class per tensor, as int64 words.
-  int64_t small[64];
-  std::vector<int64_t> large;
-  int64_t* words = small;
-  Py_ssize_t used = 0, room = 64;
+void KeyWords::reserve(Py_ssize_t more) {
+  if (used + more <= room) return;
+  room = 2 * (used + more);
+  large.resize(room);  // keeps the words where they are already there
+  if (data == small) std::memcpy(large.data(), small, used * sizeof(int64_t));
+  data = large.data();
+}
+
+bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
   try {
     for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* obj = args[i];
-      if (!is_plain(obj)) Py_RETURN_NONE;
+      if (!is_plain(obj)) return false;
       const at::Tensor& t = THPVariable_Unpack(obj);
-      if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) Py_RETURN_NONE;
+      if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) return false;
       const int64_t dim = t.dim();
-      if (used + 2 + 2 * dim > room) {
-        room = 2 * (used + 2 + 2 * dim);
-        large.resize(room);
-        if (words == small) std::memcpy(large.data(), small, used * sizeof(int64_t));
-        words = large.data();
-      }
+      into.reserve(2 + 2 * dim);
+      int64_t* words = into.data;
+      Py_ssize_t used = into.used;
       words[used++] = header(t.scalar_type(), t.device(), dim);
       const auto sizes = t.sizes();
       const auto strides = t.strides();
       for (int64_t d = 0; d < dim; ++d) words[used++] = sizes[d];
       for (int64_t d = 0; d < dim; ++d) words[used++] = strides[d];
       words[used++] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.const_data_ptr()) & alignment_mask);
+      into.used = used;
     }
   } catch (...) {
     // A tensor whose metadata cannot be read here (symbolic sizes, no storage): the checked path.
     PyErr_Clear();
-    Py_RETURN_NONE;
+    return false;
   }
-  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words), used * static_cast<Py_ssize_t>(sizeof(int64_t)));
+  return true;
+}
+
+PyObject* tkreg_key_bytes(const KeyWords& words, Py_ssize_t count) {
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words.data), count * static_cast<Py_ssize_t>(sizeof(int64_t)));
+}
+
+PyObject* tkreg_packed_key(PyObject* const* args, Py_ssize_t count) {
+  KeyWords words;
+  if (!tkreg_key_words(args, count, words)) Py_RETURN_NONE;
+  return tkreg_key_bytes(words, words.used);
 }
 
 namespace {
@@ -171,7 +182,7 @@ PyMethodDef methods[] = {
     {"pack", pack, METH_O, "pack(fields) -> bytes: the packed key of a Python key's flat tensor fields"},
     {"plain", plain, METH_VARARGS, "plain(types, alignment_bytes): the exact tensor types key() accepts, and the alignment class"},
     {"fast_call", tkreg_make_fast_call, METH_VARARGS,
-     "fast_call(name, doc, table, slow, graded, names, kinds, defaults): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
+     "fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
     {"outputs", tkreg_make_outputs, METH_O, "outputs(layouts) -> allocate(): a plan's new outputs per call (outputs.cpp)"},
     {nullptr, nullptr, 0, nullptr}};
 

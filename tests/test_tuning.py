@@ -209,6 +209,25 @@ def test_a_lead_that_holds_in_both_sittings_keeps_the_bucket_and_a_spent_budget_
     assert spent.calls == 2 * 3 + 2 * tuning.ROUNDS  # both timed, one sitting: the budget ran out before the second
 
 
+def test_a_call_named_to_sit_again_does_so_however_far_behind_it_read() -> None:
+    def kernel() -> None: ...
+    def subject() -> None: ...
+
+    seen: list[object] = []
+
+    def clock(call: object, n: int) -> float:
+        seen.append(call)
+        slowed = call is subject and seen.count(subject) <= 3 + tuning.ROUNDS  # held back in its first sitting
+        return (0.030 if call is kernel else 0.031 * (1.5 if slowed else 1.0)) * n
+
+    times = tuning.measure({"kernel": kernel, "subject": subject}, 10, clock, sits_again=("subject",))
+    assert seen[2 * 3:].count(subject) == 2 * tuning.ROUNDS
+    assert times == {"kernel": pytest.approx(30.0), "subject": pytest.approx(31.0)}
+    once = FakeClock({kernel: 0.030, subject: 0.050})
+    tuning.measure({"kernel": kernel, "subject": subject}, 10, once)
+    assert once.calls == 2 * 3 + 2 * tuning.ROUNDS  # not named: 67% behind, it sits once
+
+
 def test_a_failing_candidate_is_reported_not_raised() -> None:
     def broken() -> None:
         raise RuntimeError("no kernel image")

@@ -191,7 +191,8 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, A
         # every candidate a bound call, no frame of the harness's own around it (the kernels' are calls too)
         calls: dict[str, Callable[[], Any]] = {"tkreg.ops": functools.partial(call, *inputs)}
         calls.update(_candidates(registry, op, inputs))
-        times = time_calls(calls, TIMING_BUDGET_S)
+        # tkreg.ops sits again with the leaders wherever it reads: one held-back sitting is no verdict
+        times = time_calls(calls, TIMING_BUDGET_S, sits_again=("tkreg.ops",))
     except Exception as e:  # a shape that cannot run is a finding: its row says why
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         say(f"  pick {sig.label}: {row['error']}")

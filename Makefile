@@ -19,7 +19,7 @@ ARGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard tkreg/ops/native/*.cpp tkreg/ops/native/*.h) constraints.txt $(wildcard plugins/*/pyproject.toml)
+$(STAMP): pyproject.toml setup.py $(wildcard tkreg/ops/native/*.cpp tkreg/ops/native/*.h tkreg/launch/native/*.cpp) constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=23" "setuptools>=77" wheel
 	$(BIN)/python -m pip install -q -c constraints.txt torch
@@ -49,4 +49,4 @@ test: $(INSTALL)
 	$(BIN)/python -m pytest --tkreg -n auto $(ARGS)
 
 clean:
-	rm -rf $(VENV) tkreg/ops/native/*.so
+	rm -rf $(VENV) tkreg/ops/native/*.so tkreg/launch/native/*.so

@@ -1,4 +1,6 @@
-"""Builds tkreg.ops' plan key and planned call in C++ (tkreg/ops/native) where torch is importable in the build.
+"""Builds tkreg's C++ extensions where torch is importable in the build: tkreg.ops' plan key and
+planned call (tkreg/ops/native), and, where triton's copy of cuda.h is there too, recorded launches
+made again (tkreg/launch/native).
 
 Everything else is in pyproject.toml. torch is not a build requirement: an isolated build (pip's
 default) has none and installs tkreg without the extension, as does a machine without a C++
@@ -8,11 +10,23 @@ compiler; tkreg.ops then builds its keys in Python (see tkreg/ops/native/__init_
 
 from __future__ import annotations
 
+import os
 import sys
 
 from setuptools import setup
 
 SOURCES = ["tkreg/ops/native/plan_key.cpp", "tkreg/ops/native/fast_call.cpp", "tkreg/ops/native/outputs.cpp"]
+REPLAY_SOURCES = ["tkreg/launch/native/replay.cpp"]
+
+
+def triton_cuda_headers() -> str | None:
+    """The folder of triton's own cuda.h (its launchers build against it), or None."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    folder = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "include")
+    return folder if os.path.isfile(os.path.join(folder, "cuda.h")) else None
 
 
 def native_extension() -> dict:
@@ -33,14 +47,15 @@ def native_extension() -> dict:
             except Exception as e:  # a missing or failing compiler: the Python keys serve
                 print(f"tkreg: the native plan key was not built ({e}); tkreg.ops builds its keys in Python", file=sys.stderr)
 
-    version = torch.__version__
-    extension = CppExtension(
-        "tkreg.ops.native._plan_key",
-        SOURCES,
-        define_macros=[("TKREG_TORCH_VERSION", f'"{version}"')],
-        extra_compile_args=["-O2", "-w"],
-    )
-    return {"ext_modules": [extension], "cmdclass": {"build_ext": OptionalBuild.with_options(use_ninja=False)}}
+    macros = [("TKREG_TORCH_VERSION", f'"{torch.__version__}"')]
+    extensions = [CppExtension("tkreg.ops.native._plan_key", SOURCES, define_macros=macros, extra_compile_args=["-O2", "-w"])]
+    headers = triton_cuda_headers()
+    if headers is None:
+        print("tkreg: triton's cuda.h is not here; recorded launches are replayed in Python", file=sys.stderr)
+    else:
+        extensions.append(CppExtension("tkreg.launch.native._replay", REPLAY_SOURCES, define_macros=macros,
+                                       include_dirs=[headers], extra_compile_args=["-O2", "-w"]))  # fmt: skip
+    return {"ext_modules": extensions, "cmdclass": {"build_ext": OptionalBuild.with_options(use_ninja=False)}}
 
 
 setup(**native_extension())

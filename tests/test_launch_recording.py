@@ -344,6 +344,7 @@ def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, ind
 
     class Replay:
         ready = True
+        native = False
 
         def __len__(self) -> int:
             return 1
@@ -402,6 +403,7 @@ def test_a_replayed_plan_of_one_output_returns_it(monkeypatch, gathered):
 
     class Replay:
         ready = True
+        native = False
 
         def __len__(self) -> int:
             return 1

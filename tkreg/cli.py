@@ -234,17 +234,27 @@ def _plain(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _plan_key_state() -> str:
-    """Whether tkreg.ops' C++ plan key was built, found without importing it (it needs torch)."""
+def _built(module: str) -> bool:
+    """Whether a C++ extension of tkreg was built, found without importing it (it needs torch)."""
     import importlib.util
 
     try:
-        spec = importlib.util.find_spec("tkreg.ops.native._plan_key")
+        spec = importlib.util.find_spec(module)
     except ImportError:
         spec = None
-    if spec is None or spec.origin is None:
+    return spec is not None and spec.origin is not None
+
+
+def _plan_key_state() -> str:
+    if not _built("tkreg.ops.native._plan_key"):
         return "Python (the C++ key is not built: install tkreg with torch in the build, as `make install` does)"
     return "C++ (built; used with the torch it was built for, else Python)"
+
+
+def _replay_state() -> str:
+    if not _built("tkreg.launch.native._replay"):
+        return "Python (the C++ replay is not built: install tkreg with torch and triton in the build)"
+    return "C++ (built; Python where a recording or the torch in use does not fit it)"
 
 
 def cmd_doctor(registry: Registry, args: argparse.Namespace) -> int:
@@ -254,6 +264,7 @@ def cmd_doctor(registry: Registry, args: argparse.Namespace) -> int:
         print(f"{dist} {installed_version(dist) or 'not installed'}")
     print(f"device: {current().describe()}")
     emit(f"tkreg.ops plan key: {_plan_key_state()}", output_width(args))
+    emit(f"recorded launches replayed in: {_replay_state()}", output_width(args))
     selected = selected_names()
     width = output_width(args)
     print(f"{ENV_VAR}: " + ("unset (all plugins)" if selected is None else repr(_env_plugins())))

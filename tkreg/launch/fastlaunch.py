@@ -460,11 +460,12 @@ class _Entry:
     kernel needs no scratch memory (what CudaLauncher.__call__ would add), else through the
     compiled kernel's ``run``."""
 
-    __slots__ = ("descs", "function", "head", "launcher")
+    __slots__ = ("descs", "function", "head", "launcher", "types")
 
     def __init__(self, kernel: Any) -> None:
         run = kernel.run
         signature = list(kernel.src.signature.values())
+        self.types = tuple(signature)  # each parameter's type in triton's signature ("*fp32", "i32", "constexpr", ...)
         positions = [i for i, s in enumerate(signature) if isinstance(s, str) and s.startswith("tensordesc")]
         raw = _raw_launch(run, bool(positions))
         self.function = kernel.function

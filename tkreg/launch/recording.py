@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.jit import JITFunction
 
 from ..core.generated import generated
-from . import fastlaunch
+from . import fastlaunch, native
 
 _PLAIN_ARGS = (int, float, bool, type(None))
 _ALWAYS_ALLOWED = {"aten::detach", "aten::alias", "aten::lift_fresh"}
@@ -63,14 +63,17 @@ class Recording:
     (in the order :func:`record` got them, of the recorded call's signature) in place of the
     recorded ones, on the current stream, and returns True; or launches nothing and returns
     False where a Launcher's fast path would not launch now (fast launches off, a launch hook
-    registered, a global the kernel read changed, another current device). It is one function
-    generated for these launches (:func:`_replay_function`)."""
+    registered, a global the kernel read changed, another current device). It is made in C++
+    where it can be (:mod:`tkreg.launch.native`; ``native`` says so), else one function generated
+    for these launches (:func:`_replay_function`)."""
 
-    __slots__ = ("launches", "replay")
+    __slots__ = ("launches", "native", "replay")
 
     def __init__(self, launches: Sequence[_Launch]) -> None:
         self.launches = tuple(launches)
-        self.replay: Callable[[Sequence[Any]], bool] = _replay_function(self.launches)
+        made = native.replayer(self.launches)
+        self.native = made is not None
+        self.replay: Callable[[Sequence[Any]], bool] = made if made is not None else _replay_function(self.launches)
 
     def __len__(self) -> int:
         return len(self.launches)

@@ -88,7 +88,8 @@ class Replayer:
             return self.launched(*inputs)
         got = seen.recording
         if got is not None:
-            self.state = f"its {len(got)} recorded launch(es) are replayed, without the launcher's Python"
+            how = "in C++" if got.native else "without the launcher's Python"
+            self.state = f"its {len(got)} recorded launch(es) are replayed, {how}"
             self.install(*self._replaying(got))
         elif seen.again and self.attempts < ATTEMPTS:
             self.attempts += 1  # the next call of the signature is recorded instead

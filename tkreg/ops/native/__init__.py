@@ -16,11 +16,12 @@ Python, with the same plans and results. ``tkreg doctor`` says which.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
-ENV = "TKREG_NATIVE"
+from ...core import extensions
+
+ENV = extensions.ENV
 
 
 def plan_key() -> Callable[..., Any] | None:
@@ -57,18 +58,11 @@ def status() -> str:
 
 @functools.cache  # loaded on first use: importing tkreg.ops imports no torch
 def _load() -> tuple[Any, str]:
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
-        return None, f"off ({ENV}=0): plan keys are built in Python"
-    import torch
+    module, status = extensions.load("tkreg.ops.native._plan_key", "plan keys are built in Python")
+    if module is not None:
+        import torch
 
-    from ...core.signature import ALIGNMENT_CLASS_BYTES
+        from ...core.signature import ALIGNMENT_CLASS_BYTES
 
-    try:
-        from . import _plan_key  # type: ignore[attr-defined]
-    except ImportError as e:
-        return None, f"not built ({e}); plan keys are built in Python (reinstall with torch in the build to build it)"
-    if _plan_key.torch_version != torch.__version__:
-        return None, (f"built for torch {_plan_key.torch_version}, not this torch {torch.__version__}; plan keys are "
-                      "built in Python (reinstall tkreg to rebuild it)")  # fmt: skip
-    _plan_key.plain((torch.Tensor, torch.nn.Parameter), ALIGNMENT_CLASS_BYTES)
-    return _plan_key, f"in use (built for torch {_plan_key.torch_version})"
+        module.plain((torch.Tensor, torch.nn.Parameter), ALIGNMENT_CLASS_BYTES)
+    return module, status

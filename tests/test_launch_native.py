@@ -162,12 +162,16 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="a GPU run
 
 @needs_cuda
 def test_native_replays_compute_what_the_launcher_computes_on_the_gpu(monkeypatch):
-    for launcher in (ADD, AXPY):
-        launcher._devices.clear()
-    for kernel in (add_kernel, axpy_kernel):
-        kernel.device_caches.clear()
+    # kernels of their own: the fake GPU's tests leave their binder on the module's kernels
+    add, axpy = Launcher(JITFunction(add_source), BLOCK=128, num_warps=4), Launcher(JITFunction(_axpy), BLOCK=32, num_warps=1)
+
+    def two_launches_on_gpu(a: Any, b: Any, c: Any) -> None:
+        n = a.numel()
+        add(((n + 127) // 128,), a, b, c, n)
+        axpy(((n + 31) // 32, 1), c, b, 0.5, n)
+
     a, b, c = (torch.randn(3000, device="cuda") for _ in range(3))
-    got = _recorded(lambda: two_launches(a, b, c), (a, b, c))
+    got = _recorded(lambda: two_launches_on_gpu(a, b, c), (a, b, c))
     assert got.native
     for _ in range(3):
         x, y = torch.randn(3000, device="cuda"), torch.randn(3000, device="cuda")

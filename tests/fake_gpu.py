@@ -27,6 +27,12 @@ def add_source(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
     tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
 
 
+def axpy_source(x_ptr, y_ptr, alpha, n, BLOCK: tl.constexpr):
+    """y = alpha * x over n elements on a grid of one or two dims: a kernel with a float argument."""
+    offs = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)
+
+
 class FakeTmaUtils:
     def __init__(self) -> None:
         self.encoded: list[tuple[Any, ...]] = []

@@ -13,33 +13,27 @@ from typing import Any
 
 import pytest
 import torch
-import triton.language as tl
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
-from tests.fake_gpu import add_source, fake_gpu, tensors
+from tests.fake_gpu import add_source, axpy_source, fake_gpu, tensors
 from tkreg.launch import fastlaunch, native, recording
 from tkreg.launch.fastlaunch import Launcher
 
 pytestmark = pytest.mark.skipif(native._load()[0] is None, reason=f"the C++ replay is not in use here: {native.status()}")
 
 
-def _axpy(x_ptr, y_ptr, alpha, n, BLOCK: tl.constexpr):
-    offs = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)
-
-
 add_kernel = JITFunction(add_source)
-axpy_kernel = JITFunction(_axpy)
+axpy_kernel = JITFunction(axpy_source)
 ADD = Launcher(add_kernel, BLOCK=128, num_warps=4)
 AXPY = Launcher(axpy_kernel, BLOCK=32, num_warps=1)
 
 
-def two_launches(a: Any, b: Any, c: Any) -> None:
+def two_launches(a: Any, b: Any, c: Any, add: Launcher = ADD, axpy: Launcher = AXPY) -> None:
     """c = a + b, then b = 0.5 * c on a 2-D grid: a float, an int and the call's tensors."""
     n = a.numel()
-    ADD(((n + 127) // 128,), a, b, c, n)
-    AXPY(((n + 31) // 32, 1), c, b, 0.5, n)
+    add(((n + 127) // 128,), a, b, c, n)
+    axpy(((n + 31) // 32, 1), c, b, 0.5, n)
 
 
 @pytest.fixture
@@ -163,15 +157,10 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="a GPU run
 @needs_cuda
 def test_native_replays_compute_what_the_launcher_computes_on_the_gpu(monkeypatch):
     # kernels of their own: the fake GPU's tests leave their binder on the module's kernels
-    add, axpy = Launcher(JITFunction(add_source), BLOCK=128, num_warps=4), Launcher(JITFunction(_axpy), BLOCK=32, num_warps=1)
-
-    def two_launches_on_gpu(a: Any, b: Any, c: Any) -> None:
-        n = a.numel()
-        add(((n + 127) // 128,), a, b, c, n)
-        axpy(((n + 31) // 32, 1), c, b, 0.5, n)
-
+    add = Launcher(JITFunction(add_source), BLOCK=128, num_warps=4)
+    axpy = Launcher(JITFunction(axpy_source), BLOCK=32, num_warps=1)
     a, b, c = (torch.randn(3000, device="cuda") for _ in range(3))
-    got = _recorded(lambda: two_launches_on_gpu(a, b, c), (a, b, c))
+    got = _recorded(lambda: two_launches(a, b, c, add, axpy), (a, b, c))
     assert got.native
     for _ in range(3):
         x, y = torch.randn(3000, device="cuda"), torch.randn(3000, device="cuda")

@@ -17,7 +17,7 @@ from triton import knobs
 from triton.runtime.jit import JITFunction
 
 import tkreg
-from tests.fake_gpu import add_source, fake_gpu, tensors, without_hooks
+from tests.fake_gpu import add_source, axpy_source, fake_gpu, tensors, without_hooks
 from tests.ops_support import ToyPlugin, choice_by_priority, registry_with, same_alignment_as, toy_kernel
 from tkreg.launch import fastlaunch, recording
 from tkreg.launch.fastlaunch import Launcher
@@ -30,14 +30,9 @@ def _scaled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * FACTOR, mask=offs < n)
 
 
-def _axpy(x_ptr, y_ptr, alpha, n, BLOCK: tl.constexpr):
-    offs = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)
-
-
 add_kernel = JITFunction(add_source)
 scaled_kernel = JITFunction(_scaled)
-axpy_kernel = JITFunction(_axpy)
+axpy_kernel = JITFunction(axpy_source)
 ADD = Launcher(add_kernel, BLOCK=128, num_warps=4)
 SCALED = Launcher(scaled_kernel, BLOCK=64, num_warps=2)
 AXPY = Launcher(axpy_kernel, BLOCK=32, num_warps=1)

@@ -305,3 +305,81 @@ def test_measure_reports_the_hosts_queueing_time_where_the_clock_gives_it() -> N
     assert tuning.Choice.from_json(choice.to_json()).host_us == {"k": 20.0}
     old = {k: v for k, v in choice.to_json().items() if k != "host_us"}  # a cache written before host times
     assert tuning.Choice.from_json(old).host_us == {}
+
+
+def test_launch_bound_ties_go_to_the_least_host_and_gpu_time_together() -> None:
+    """Four launch-bound kernels read alike (their host's time); their GPU times differ."""
+    walls = {"a": 9.45, "b": 9.2, "c": 9.2, PEER: 12.5}
+    host = {"a": 8.9, "b": 9.1, "c": 9.1, PEER: 12.3}
+    assert tuning.fastest(walls, host) == "a"  # host time alone: the slowest kernel
+    assert tuning.fastest(walls, host, {"a": 9.3, "b": 6.7, "c": 7.9}) == "b"
+    # a launcher that keeps the host busy still loses a tie its kernel does not win back
+    assert tuning.fastest({"k": 47.0, PEER: 48.2}, {"k": 48.0, PEER: 15.0}, {"k": 40.0, PEER: 41.0}) == PEER
+    # a tied candidate without a GPU figure: host time alone
+    assert tuning.fastest(walls, host, {"b": 6.7, "c": 7.9}) == "a"
+    # a lead beyond the tie band stands
+    assert tuning.fastest({"k": 8.0, PEER: 9.0}, {"k": 7.9, PEER: 8.9}, {"k": 7.0, PEER: 2.0}) == "k"
+
+
+class SleepClock(FakeClock):
+    """A clock that also times a call on the GPU alone (ms per call by identity; None: fails)."""
+
+    def __init__(self, per_call_ms: dict[object, float], gpu_ms: dict[object, float | None]) -> None:
+        super().__init__(per_call_ms)
+        self.gpu_ms = gpu_ms
+        self.alone_calls: list[object] = []
+
+    def alone(self, call: object, n: int, hold_ms: float) -> float | None:
+        assert hold_ms >= self.per_call_ms[call] * n  # held for at least the calls' wall time
+        self.alone_calls.append(call)
+        got = self.gpu_ms[call]
+        return None if got is None else got * n
+
+
+def test_only_tied_candidates_are_timed_on_the_gpu_and_a_failed_reading_is_left_out() -> None:
+    def a() -> None: ...
+    def b() -> None: ...
+    def c() -> None: ...
+    def slow() -> None: ...
+
+    clock = SleepClock({a: 0.0092, b: 0.0092, c: 0.0093, slow: 0.0200}, {a: 0.0093, b: 0.0067, c: None, slow: 0.002})
+    gpu: dict[str, float] = {}
+    times = tuning.measure({"a": a, "b": b, "c": c, "slow": slow}, 10, clock, device=gpu)
+    assert set(clock.alone_calls) == {a, b, c} and len(clock.alone_calls) == 3 * tuning.DEVICE_ROUNDS
+    assert gpu == {"a": pytest.approx(9.3), "b": pytest.approx(6.7)}
+    assert tuning.fastest(times, {"a": 9.0, "b": 9.1, "c": 9.1}, {**gpu, "c": 7.0}) == "b"
+    # without ``device`` nothing is timed alone
+    clock.alone_calls.clear()
+    tuning.measure({"a": a, "b": b}, 10, clock)
+    assert clock.alone_calls == []
+
+
+def test_a_choice_says_each_candidates_gpu_time_and_older_entries_read_without_it() -> None:
+    made = Choice("b", "k", "k", {}, {"k": 9.2, PEER: 12.5}, "GPU", "now", "1x1", host_us={"k": 9.1}, device_us={"k": 6.7})
+    assert "k 9.2 us (host 9.1, GPU 6.7), peer 12.5 us" in made.describe()
+    assert Choice.from_json(made.to_json()).device_us == {"k": 6.7}
+    older = {k: v for k, v in made.to_json().items() if k != "device_us"}
+    assert Choice.from_json(older).device_us == {}
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="times calls on a CUDA GPU")
+def test_the_cuda_clock_times_calls_on_the_gpu_alone_and_refuses_calls_that_wait_for_the_host() -> None:
+    import torch
+
+    x = torch.randn(1 << 16, device="cuda")
+    clock = tuning.CudaClock()
+
+    def add() -> None:
+        torch.add(x, 1.0)
+
+    for _ in range(10):
+        add()
+    wall_ms, _ = clock(add, 200)
+    alone_ms = clock.alone(add, 200, 0.2)  # too short a hold at first: it holds longer and reads
+    assert alone_ms is not None and 0 < alone_ms <= wall_ms * 1.05
+
+    def waits() -> None:
+        torch.add(x, 1.0)
+        torch.cuda.synchronize()
+
+    assert clock.alone(waits, 20, 0.05) is None

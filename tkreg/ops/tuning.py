@@ -16,6 +16,9 @@ included, so a launch-bound call counts its host time. Rounds interleave the can
 clock change hits them alike, and the median round counts. The leaders (those near the front,
 and the peer wherever a kernel leads) then sit again, and each keeps the faster of its two
 sittings: a busy host or a clock dip only ever slows a sitting, so a lead must hold twice.
+Candidates that tie on that time are then timed on the GPU alone (calls queued behind a sleeping
+kernel, so no launch waits for the host), and the tie goes to the least host and GPU time
+together: where every candidate is launch-bound, wall time cannot tell their kernels apart.
 
 Environment: ``TKREG_TUNE=0`` never times (the cache, else the prior: the registry's ranking);
 ``TKREG_TUNE_BUDGET_S`` bounds the seconds one bucket may spend (default 10: compiles dominate);
@@ -58,10 +61,13 @@ ESTIMATE_CALLS = 4
 # block then ran at 0.93x torch eagerly and 0.85x compiled.
 CONTESTED = 0.10
 TIE = 0.03  # wall times within 3% of the fastest tie; the least host time breaks the tie
+# Rounds of the GPU-alone timing of tied candidates (see fastest).
+DEVICE_ROUNDS = 3
 # Bumped when the file layout or the timing behind its choices changes; older files are ignored.
 # 3: rounds sized after a replayed kernel's recorded call (choices of 2 could favour the peer).
 # 4: the leaders and the peer sit twice (choices of 3 could rest on one held-back sitting).
-FORMAT = 4
+# 5: ties broken by host and GPU time together (choices of 4 broke them by host time alone).
+FORMAT = 5
 
 
 def enabled() -> bool:
@@ -133,15 +139,21 @@ class Choice:
     shape: str
     source: str = "tuning"  # tuning (this process timed it), cache (read from disk), prior
     host_us: dict[str, float] = field(default_factory=dict)  # each timed candidate's host time per call
+    device_us: dict[str, float] = field(default_factory=dict)  # the tied candidates' GPU time per call
 
     def describe(self) -> str:
         timed = sorted(((v, k) for k, v in self.times_us.items() if isinstance(v, float)))
-        listing = ", ".join(f"{k} {v:.1f} us" + (f" (host {self.host_us[k]:.1f})" if k in self.host_us else "") for v, k in timed)
+        listing = ", ".join(f"{k} {v:.1f} us{self._detail(k)}" for v, k in timed)
         untimed = "; ".join(f"{k}: {v}" for k, v in self.times_us.items() if not isinstance(v, float))
         where = f"measured on {self.device} at {self.measured_at} on shape {self.shape}"
         origin = {"cache": "from the tuning cache", "tuning": "timed in this process", "prior": "prior"}[self.source]
         text = f"{self.winner} fastest for bucket {self.bucket} ({origin}; {where}): {listing}"
         return f"{text}; not timed: {untimed}" if untimed else text
+
+    def _detail(self, label: str) -> str:
+        parts = [f"{what} {figures[label]:.1f}" for what, figures in (("host", self.host_us), ("GPU", self.device_us))
+                 if label in figures]  # fmt: skip
+        return f" ({', '.join(parts)})" if parts else ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -254,7 +266,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None, round_ms: float = TARGET_ROUND_MS,
             rounds: int = ROUNDS, host: dict[str, float] | None = None,
-            sits_again: Collection[str] = ()) -> dict[str, float | str]:
+            sits_again: Collection[str] = (), device: dict[str, float] | None = None) -> dict[str, float | str]:
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
     stream, and then also the host's own time to queue them, which goes into ``host`` (us per
@@ -264,8 +276,12 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     and its median round counts. The leaders (:func:`_leaders`) then sit again (budget
     permitting), and each keeps the faster of its two sittings, with that sitting's host time.
     ``sits_again``: calls that sit again with the leaders however far behind they read (a
-    benchmark's subject, judged against the fastest: each then keeps its better sitting alike)."""
+    benchmark's subject, judged against the fastest: each then keeps its better sitting alike).
+    ``device``: where given and the clock can time a call on the GPU alone (``clock.alone``, as
+    the default clock can: :meth:`CudaClock.alone`), the GPU time per call (us) of the calls that
+    then tie within TIE, budget permitting."""
     clock = clock or _cuda_clock
+    device_clock = getattr(clock, "alone", None)
     started = time.monotonic()
     times: dict[str, float | str] = {}
     plans: dict[str, int] = {}
@@ -294,7 +310,26 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     times.update(wall)
     if host is not None:
         host.update(queue)
+    tied = _within(wall, TIE)
+    if device is not None and device_clock is not None and len(tied) > 1 and time.monotonic() - started <= budget:
+        device.update(_gpu_times(calls, [(name, plans[name], wall[name]) for name in tied], device_clock))
     return times
+
+
+def _gpu_times(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int, float]],
+               device_clock: Any) -> dict[str, float]:
+    """The GPU time per call (us) of each of ``order`` ((name, calls per reading, wall time per
+    call in us)): the median of DEVICE_ROUNDS readings in an order that reverses from round to
+    round; left out where a reading failed (the clock gave None: the host could not queue the
+    calls ahead of the GPU)."""
+    taken: dict[str, list[float]] = {name: [] for name, _, _ in order}
+    for _ in range(DEVICE_ROUNDS):
+        for name, n, wall_us in order:
+            got = device_clock(calls[name], n, 1.3e-3 * wall_us * n + 0.1)  # the host queues them in less than their wall time
+            if got is not None:
+                taken[name].append(got / n * 1e3)
+        order.reverse()
+    return {name: statistics.median(values) for name, values in taken.items() if len(values) == DEVICE_ROUNDS}
 
 
 def _leaders(medians: Mapping[str, float]) -> list[str]:
@@ -336,36 +371,88 @@ def _wall_ms(got: float | tuple[float, float]) -> float:
     return got[0] if isinstance(got, tuple) else got
 
 
-def _cuda_clock(call: Callable[[], Any], n: int) -> tuple[float, float]:
-    """(ms from the first call's start to the last one's end on the GPU, ms the host took to
-    queue them)."""
-    import torch
+class CudaClock:
+    """The default clock of :func:`measure`, on CUDA events of the current stream."""
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    began = time.perf_counter()
-    for _ in range(n):
-        call()
-    queued_ms = (time.perf_counter() - began) * 1e3
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end), queued_ms
+    def __call__(self, call: Callable[[], Any], n: int) -> tuple[float, float]:
+        """(ms from the first call's start to the last one's end on the GPU, ms the host took to
+        queue them)."""
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        began = time.perf_counter()
+        for _ in range(n):
+            call()
+        queued_ms = (time.perf_counter() - began) * 1e3
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end), queued_ms
+
+    sleep_cycles_per_ms = 2.0e6  # a first guess (a 2 GHz SM clock), corrected by every reading
+
+    def alone(self, call: Callable[[], Any], n: int, hold_ms: float, attempts: int = 3) -> float | None:
+        """ms the GPU takes for ``n`` back-to-back calls with none waiting for the host: a
+        sleeping kernel holds the stream (``hold_ms`` at first) while the host queues them, and
+        CUDA events time them from the sleep's end. None where the sleep ended before the host
+        had queued them all (a call waits for the host: a synchronize, a host read) in
+        ``attempts`` tries, each holding for twice the host's last queueing time."""
+        import torch
+
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            return None
+        slept, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        for _ in range(attempts):
+            cycles = int(self.sleep_cycles_per_ms * hold_ms)
+            torch.cuda.synchronize()
+            slept.record()
+            sleep(cycles)
+            start.record()
+            began = time.perf_counter()
+            for _ in range(n):
+                call()
+            queued_ms = (time.perf_counter() - began) * 1e3
+            end.record()
+            end.synchronize()
+            held_ms = slept.elapsed_time(start)
+            if held_ms > 0:
+                self.sleep_cycles_per_ms = cycles / held_ms
+            if held_ms > 1.2 * queued_ms + 0.05:  # the calls all waited behind the sleep
+                return start.elapsed_time(end)
+            hold_ms = 2.0 * queued_ms + 0.1
+        return None
 
 
-def fastest(times: Mapping[str, float | str], host: Mapping[str, float] | None = None) -> str | None:
+_cuda_clock = CudaClock()
+
+
+def fastest(times: Mapping[str, float | str], host: Mapping[str, float] | None = None,
+            device: Mapping[str, float] | None = None) -> str | None:
     """The candidate with the least wall time per call, the acceptance measure of a choice. Those
-    within TIE of it tie, and where ``host`` gives each one's own time to queue a call, the one
-    that keeps the host least busy wins the tie: a launcher that queues for as long as its kernel
-    runs wins back-to-back timing by a hair, then starves the GPU between a model's other calls
-    (on an H100, 2026-11-25, a Gluon matmul whose launch queued in 48 us won a 16-token Llama MLP
-    block's products by noise; the block then ran at 0.80x torch eagerly and 0.54x compiled).
+    within TIE of it tie. Where ``host`` gives each one's own time to queue a call and ``device``
+    its GPU time, the one with the least of the two together wins the tie, else the one that
+    keeps the host least busy, else the least wall time:
+
+    - a launcher that queues for as long as its kernel runs wins back-to-back timing by a hair,
+      then starves the GPU between a model's other calls (on an H100, 2026-11-25, a Gluon matmul
+      whose launch queued in 48 us won a 16-token Llama MLP block's products by noise; the block
+      then ran at 0.80x torch eagerly and 0.54x compiled);
+    - where every candidate is launch-bound, their wall times are their host's and tie, and the
+      GPU time tells their kernels apart: on an H200 (2026-11-29) tuning read four row sums of
+      2319x3611 at 9.2-9.5 us with 8.9-9.1 us of host time, the host tie-break took one whose
+      kernel runs 9.3 us against the others' 6.7, and the dispatch suite, whose host queued the
+      calls in 6.8 us, then read it at 0.73 of the fastest.
+
     A lead beyond TIE is kept whatever the host time: the wall time of calls queued back to back
     already counts the host where it is what holds a call back."""
     timed = {k: v for k, v in times.items() if isinstance(v, float)}
     if not timed:
         return None
     tied = _within(timed, TIE)
+    if host and device and all(k in host and k in device for k in tied):
+        return min(tied, key=lambda k: (host[k] + device[k], timed[k]))
     if host and all(k in host for k in tied):
         return min(tied, key=lambda k: (host[k], timed[k]))
     return min(tied, key=lambda k: timed[k])
@@ -416,13 +503,14 @@ class Tuner:
                clock: Any) -> Choice | None:
         by_label = {c.label: c for c in candidates}
         host: dict[str, float] = {}
-        times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host)
-        winner = fastest(times, host)
+        gpu: dict[str, float] = {}
+        times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host, device=gpu)
+        winner = fastest(times, host, gpu)
         if winner is None:
             return None
         picked = by_label[winner]
         choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape,
-                        host_us={k: round(v, 2) for k, v in host.items()})
+                        host_us={k: round(v, 2) for k, v in host.items()}, device_us={k: round(v, 2) for k, v in gpu.items()})
         self._memory[bucket] = choice
         if self.cache is not None:
             try:

@@ -506,3 +506,31 @@ def test_set_enabled_returns_the_previous_setting():
         assert not fastlaunch.enabled()
     assert not fastlaunch.enabled()
     fastlaunch.set_enabled(before)
+
+
+@pytest.mark.parametrize("initialised", [True, False])
+def test_the_current_device_is_asked_of_torchs_builtin_once_cuda_is_initialised(monkeypatch, initialised):
+    """torch.cuda.current_device only initialises CUDA before its builtin answers: once CUDA is up,
+    a launch asks the builtin, a Python call less; a forked child gets the trampolines back."""
+    import sys
+
+    triton_driver = sys.modules["triton.runtime.driver"]  # the module (triton.runtime.driver is its instance)
+
+    class Active:
+        get_current_device = staticmethod(torch.cuda.current_device)
+        get_current_stream = staticmethod(lambda device: 0)
+
+    config = triton_driver.DriverConfig()
+    config.set_active(Active())
+    monkeypatch.setattr(triton_driver, "driver", config)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)  # a CPU build has none
+    monkeypatch.setattr(fastlaunch, "_current_device", fastlaunch._current_device)
+    monkeypatch.setattr(fastlaunch, "_current_stream", fastlaunch._current_stream)
+    fastlaunch._bind_driver()
+    expected = torch._C._cuda_getDevice if initialised else torch.cuda.current_device
+    assert fastlaunch._current_device is expected
+    assert fastlaunch._current_stream is Active.get_current_stream
+    fastlaunch._unbind_driver()
+    assert fastlaunch._current_device is fastlaunch._device_trampoline
+    assert fastlaunch._current_stream is fastlaunch._stream_trampoline

@@ -127,12 +127,26 @@ def is_compiled(fn: Any) -> bool:
 
 def _bind_driver() -> None:
     """Replace the two trampolines below by the active driver's own functions (what
-    JITFunction.run calls: torch's current device and current raw stream)."""
+    JITFunction.run calls: torch's current device and current raw stream). Where the device is
+    torch.cuda.current_device and CUDA is initialised, its builtin answers alone: the function
+    only initialises CUDA first, and a replayed call pays for each Python call it makes."""
     global _current_device, _current_stream
+    import torch
     from triton.runtime.driver import driver
 
-    _current_device = driver.active.get_current_device
+    device = driver.active.get_current_device
+    builtin = getattr(torch._C, "_cuda_getDevice", None)
+    if device is torch.cuda.current_device and builtin is not None and torch.cuda.is_initialized():
+        device = builtin
+    _current_device = device
     _current_stream = driver.active.get_current_stream
+
+
+def _unbind_driver() -> None:
+    """The trampolines again: a forked child must not skip torch's check that CUDA is not
+    re-initialised in it."""
+    global _current_device, _current_stream
+    _current_device, _current_stream = _device_trampoline, _stream_trampoline
 
 
 def _current_device() -> int:
@@ -143,6 +157,10 @@ def _current_device() -> int:
 def _current_stream(device: int) -> int:
     _bind_driver()
     return _current_stream(device)
+
+
+_device_trampoline, _stream_trampoline = _current_device, _current_stream
+os.register_at_fork(after_in_child=_unbind_driver)
 
 
 def _backend_for(fn: JITFunction, device: int) -> Any:

@@ -151,41 +151,6 @@ def test_a_replay_launches_nothing_where_a_guard_fails(gpu, monkeypatch):
     assert not got.replay(tuple(tensors(100))[:2])  # fewer tensors than the launches take
 
 
-def test_a_returning_call_runs_the_launcher_where_the_replay_is_not_ready(gpu, monkeypatch):
-    """tkreg.ops' one-output call in C++: new outputs from allocate(), and where a guard closes the
-    replay, the plan's launcher run instead, with its [at] where it returns every output."""
-    a, b, c = tensors(100)
-    got = _recorded(lambda: two_launches(a, b, c), (a, b, c))
-    made: list[tuple[Any, ...]] = []
-    ran: list[tuple[Any, ...]] = []
-
-    def allocate() -> tuple[Any, ...]:
-        made.append((torch.empty(100), torch.empty(100)))
-        return made[-1]
-
-    def launched(*inputs: Any) -> Any:
-        ran.append(inputs)
-        return ("every", "output")
-
-    x, y = tensors(100)[:2]
-    monkeypatch.setattr(fastlaunch, "_enabled", False)
-    assert native.returning(got.replay, allocate, launched, 0, False)(x, y) == ("every", "output")
-    assert native.returning(got.replay, allocate, launched, 1, True)(x, y) == "output"
-    assert len(made) == 2 and ran == [(x, y), (x, y)]
-
-
-def test_a_returning_call_refuses_what_it_cannot_run(gpu):
-    a, b, c = tensors(100)
-    got = _recorded(lambda: two_launches(a, b, c), (a, b, c))
-    with pytest.raises(TypeError, match="replayer"):
-        native.returning(lambda tensors: True, tuple, print, 0, False)
-    with pytest.raises(ValueError, match="at not negative"):
-        native.returning(got.replay, tuple, print, -1, False)
-    call = native.returning(got.replay, list, print, 0, False)  # allocate gives no tuple
-    with pytest.raises(TypeError, match="tuple"):
-        call(*tensors(100)[:2])
-
-
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="a GPU runs the replayed kernels")
 
 
@@ -204,13 +169,6 @@ def test_native_replays_compute_what_the_launcher_computes_on_the_gpu(monkeypatc
         assert got.replay((x, y, z))
         torch.cuda.synchronize()
         assert torch.equal(z, expected_z) and torch.equal(y, expected_y)
-    calls = native.returning(got.replay, lambda: (torch.full((3000,), float("nan"), device="cuda"),),
-                             lambda *inputs: pytest.fail("the replay was ready"), 0, False)  # fmt: skip
-    x, y = torch.randn(3000, device="cuda"), torch.randn(3000, device="cuda")
-    expected_z, expected_y = x + y, 0.5 * (x + y)
-    z = calls(x, y)
-    torch.cuda.synchronize()
-    assert torch.equal(z, expected_z) and torch.equal(y, expected_y)
     seen = []
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: seen.append(metadata))
     x, y, z = (torch.zeros(3000, device="cuda") for _ in range(3))

@@ -122,11 +122,6 @@ class Replayer:
 
         if self.tensors_of is None and len(wanted) == 1:
             (at,) = wanted
-            if got.native:  # the same in C++
-                from ..launch import native
-
-                made = native.returning(replay, allocate, launched, at, picks)
-                return (run, made) if picks else (made, None)
 
             def single(*inputs: Any) -> Any:
                 outs = allocate()

@@ -46,15 +46,6 @@ def replayer(launches: Sequence[Any]) -> Callable[[Sequence[Any]], bool] | None:
     return module.replayer(int(launches[0].device), kernels, tuple(packed))
 
 
-def returning(replay: Callable[[Sequence[Any]], bool], allocate: Callable[[], tuple[Any, ...]],
-              launched: Callable[..., Any], at: int, picks: bool) -> Callable[..., Any]:
-    """``call(*inputs)`` for a native ``replay`` whose launches take the inputs then the outputs:
-    ``allocate()``, the replay into those outputs, and outputs[at]; where the replay is not ready,
-    ``launched(*inputs)`` (its [at] where ``picks``). One builtin: a launch-bound call of
-    tkreg.ops pays for no Python frame between its plan and the launch."""
-    return _load()[0].returning(replay, allocate, launched, at, picks)
-
-
 def parameters(replay: Callable[[Sequence[Any]], bool], tensors: Sequence[Any]) -> list[bytes]:
     """Each launch's parameters as ``replay`` would pass them with ``tensors`` (launching nothing)."""
     return _load()[0].parameters(replay, tuple(tensors))

@@ -177,18 +177,14 @@ struct Room {
 
 // The call's tensors' addresses, in order, into ``into``; false (no exception) where the call does
 // not give as many tensors as the launches take, or one is not a tensor.
-bool addresses(Replay* self, PyObject* const* tensors, Py_ssize_t count, uint64_t* into) {
-  if (count < self->tensors) return false;
+bool addresses(Replay* self, PyObject* tensors, uint64_t* into) {
+  if (!PyTuple_Check(tensors) || PyTuple_GET_SIZE(tensors) < self->tensors) return false;
   for (Py_ssize_t i = 0; i < self->tensors; ++i) {
-    PyObject* item = tensors[i];
+    PyObject* item = PyTuple_GET_ITEM(tensors, i);
     if (!THPVariable_Check(item)) return false;
     into[i] = reinterpret_cast<uint64_t>(THPVariable_Unpack(item).data_ptr());
   }
   return true;
-}
-
-bool addresses(Replay* self, PyObject* tensors, uint64_t* into) {
-  return PyTuple_Check(tensors) && addresses(self, &PyTuple_GET_ITEM(tensors, 0), PyTuple_GET_SIZE(tensors), into);
 }
 
 // The launch's words with the call's addresses in their slots, into ``values``.
@@ -213,19 +209,17 @@ bool guards_pass(Replay* self) {
   return call_global(device_name, nullptr, 0) == self->device_index;
 }
 
-// The launches with these tensors (the call's, in the recorded order): 1 where they were made, 0
-// where they were not (a guard failed, not the tensors the launches take: no exception), -1 with
-// an exception where the driver refused one.
-int replay_tensors(Replay* self, PyObject* const* tensors, Py_ssize_t count) {
-  if (!guards_pass(self)) return 0;
+PyObject* replay(PyObject* self_obj, PyObject* tensors) {
+  auto* self = reinterpret_cast<Replay*>(self_obj);
+  if (!guards_pass(self)) Py_RETURN_FALSE;
   CUcontext context = nullptr;
-  if (!driver_found() || driver.context(&context) != CUDA_SUCCESS || context == nullptr) return 0;
+  if (!driver_found() || driver.context(&context) != CUDA_SUCCESS || context == nullptr) Py_RETURN_FALSE;
   const long long stream = call_global(stream_name, &self->device, 1);
-  if (stream == -1) return 0;
+  if (stream == -1) Py_RETURN_FALSE;
   Room<uint64_t> at_room, value_room;
   Room<void*> param_room;
   uint64_t* at = at_room.of(static_cast<size_t>(self->tensors));
-  if (!addresses(self, tensors, count, at)) return 0;
+  if (!addresses(self, tensors, at)) Py_RETURN_FALSE;
   for (const Launch& launch : *self->launches) {
     if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0) continue;  // as triton's launcher
     const size_t count = launch.words.size();
@@ -260,91 +254,10 @@ int replay_tensors(Replay* self, PyObject* const* tensors, Py_ssize_t count) {
       const char* text = nullptr;
       driver.error(result, &text);
       PyErr_Format(PyExc_RuntimeError, "Triton Error [CUDA]: %s", text != nullptr ? text : "unknown error");
-      return -1;
+      return nullptr;
     }
   }
-  return 1;
-}
-
-PyObject* replay(PyObject* self_obj, PyObject* tensors) {
-  if (!PyTuple_Check(tensors)) Py_RETURN_FALSE;
-  const int made = replay_tensors(reinterpret_cast<Replay*>(self_obj), &PyTuple_GET_ITEM(tensors, 0),
-                                  PyTuple_GET_SIZE(tensors));
-  if (made < 0) return nullptr;
-  return PyBool_FromLong(made);
-}
-
-// A plan's call that gives its caller one output (tkreg/ops/replaying.py, Replayer._replaying),
-// whose launches take the call's inputs then its outputs: ``allocate()`` makes the outputs, the
-// replay launches into them, and the call returns outputs[at]; where the replay is not ready,
-// ``launched(*inputs)`` runs instead (and its [at] is returned where ``picks``). In Python this is
-// a function frame, a tuple built and two calls on every launch-bound call of tkreg.ops.
-struct Returning {
-  PyObject_HEAD
-  PyObject* replay;    // the replay builtin made by replayer(): it keeps ``state`` alive
-  Replay* state;
-  PyObject* allocate;  // allocate() -> tuple of new outputs
-  PyObject* launched;  // launched(*inputs): the plan's run through the launcher
-  Py_ssize_t at;
-  bool picks;
-  PyMethodDef def;
-};
-
-int returning_traverse(PyObject* self_obj, visitproc visit, void* arg) {
-  auto* self = reinterpret_cast<Returning*>(self_obj);
-  Py_VISIT(self->replay);
-  Py_VISIT(self->allocate);
-  Py_VISIT(self->launched);
-  return 0;
-}
-
-int returning_clear(PyObject* self_obj) {
-  auto* self = reinterpret_cast<Returning*>(self_obj);
-  Py_CLEAR(self->replay);
-  Py_CLEAR(self->allocate);
-  Py_CLEAR(self->launched);
-  self->state = nullptr;
-  return 0;
-}
-
-void returning_dealloc(PyObject* self_obj) {
-  PyObject_GC_UnTrack(self_obj);
-  returning_clear(self_obj);
-  PyObject_GC_Del(self_obj);
-}
-
-PyTypeObject ReturningType = {PyVarObject_HEAD_INIT(nullptr, 0) "tkreg.launch.native.ReturningState"};
-
-PyObject* returning_call(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargs) {
-  auto* self = reinterpret_cast<Returning*>(self_obj);
-  if (self->state == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "a cleared replayed call");
-    return nullptr;
-  }
-  PyObject* outs = PyObject_CallNoArgs(self->allocate);
-  if (outs == nullptr) return nullptr;
-  if (!PyTuple_Check(outs) || self->at >= PyTuple_GET_SIZE(outs)) {
-    Py_DECREF(outs);
-    PyErr_SetString(PyExc_TypeError, "allocate() must return a tuple holding the returned output");
-    return nullptr;
-  }
-  const Py_ssize_t count = nargs + PyTuple_GET_SIZE(outs);
-  Room<PyObject*> tensor_room;
-  PyObject** tensors = tensor_room.of(static_cast<size_t>(count));
-  for (Py_ssize_t i = 0; i < nargs; ++i) tensors[i] = args[i];
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs); ++i) tensors[nargs + i] = PyTuple_GET_ITEM(outs, i);
-  const int made = replay_tensors(self->state, tensors, count);
-  if (made != 0) {
-    PyObject* result = made > 0 ? Py_NewRef(PyTuple_GET_ITEM(outs, self->at)) : nullptr;
-    Py_DECREF(outs);
-    return result;
-  }
-  Py_DECREF(outs);
-  PyObject* got = PyObject_Vectorcall(self->launched, args, static_cast<size_t>(nargs), nullptr);
-  if (got == nullptr || !self->picks) return got;
-  PyObject* result = PySequence_GetItem(got, self->at);
-  Py_DECREF(got);
-  return result;
+  Py_RETURN_TRUE;
 }
 
 // replayer(device, kernels, launches) -> replay(tensors) -> bool. Each launch: (function, grid
@@ -407,36 +320,6 @@ PyObject* make_replayer(PyObject* /*module*/, PyObject* args) {
     return PyErr_NoMemory();
   }
   self->def = {"replay", replay, METH_O, "replay(tensors) -> bool: the recorded launches with these tensors (replay.cpp)"};
-  PyObject* function = PyCFunction_NewEx(&self->def, reinterpret_cast<PyObject*>(self), nullptr);
-  Py_DECREF(self);
-  return function;
-}
-
-Replay* state_of(PyObject* function);
-
-// returning(replay, allocate, launched, at, picks) -> call(*inputs): see Returning.
-PyObject* make_returning(PyObject* /*module*/, PyObject* args) {
-  PyObject *replay_function = nullptr, *allocate = nullptr, *launched = nullptr;
-  Py_ssize_t at = 0;
-  int picks = 0;
-  if (!PyArg_ParseTuple(args, "OOOnp", &replay_function, &allocate, &launched, &at, &picks)) return nullptr;
-  Replay* state = state_of(replay_function);
-  if (state == nullptr) return nullptr;
-  if (at < 0 || !PyCallable_Check(allocate) || !PyCallable_Check(launched)) {
-    PyErr_SetString(PyExc_ValueError, "returning(): allocate and launched must be callables, and at not negative");
-    return nullptr;
-  }
-  auto* self = PyObject_GC_New(Returning, &ReturningType);
-  if (self == nullptr) return nullptr;
-  self->replay = Py_NewRef(replay_function);
-  self->state = state;
-  self->allocate = Py_NewRef(allocate);
-  self->launched = Py_NewRef(launched);
-  self->at = at;
-  self->picks = picks != 0;
-  self->def = {"replayed", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(returning_call)), METH_FASTCALL,
-               "replayed(*inputs): new outputs, the recorded launches into them, the returned one (replay.cpp)"};
-  PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
   PyObject* function = PyCFunction_NewEx(&self->def, reinterpret_cast<PyObject*>(self), nullptr);
   Py_DECREF(self);
   return function;
@@ -506,9 +389,6 @@ PyObject* guards(PyObject* /*module*/, PyObject* args) {
 PyMethodDef methods[] = {
     {"replayer", make_replayer, METH_VARARGS,
      "replayer(device, kernels, launches) -> replay(tensors) -> bool: recorded launches made again (replay.cpp)"},
-    {"returning", make_returning, METH_VARARGS,
-     "returning(replay, allocate, launched, at, picks) -> call(*inputs): allocate, replay into the outputs, "
-     "return outputs[at]; launched(*inputs) where the replay is not ready"},
     {"parameters", parameters, METH_VARARGS, "parameters(replay, tensors) -> [bytes]: what each launch would pass"},
     {"guards_pass", guards_pass_now, METH_O, "guards_pass(replay) -> bool: its guards now, the driver left out"},
     {"guards", guards, METH_VARARGS, "guards(fastlaunch_globals, runtime_knobs, compilation_knobs, HookChain)"},
@@ -528,13 +408,6 @@ PyMODINIT_FUNC PyInit__replay(void) {
   ReplayType.tp_traverse = traverse;
   ReplayType.tp_clear = clear;
   if (PyType_Ready(&ReplayType) < 0) return nullptr;
-  ReturningType.tp_basicsize = sizeof(Returning);
-  ReturningType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
-  ReturningType.tp_doc = "a replayed call that returns one output (replay.cpp)";
-  ReturningType.tp_dealloc = returning_dealloc;
-  ReturningType.tp_traverse = returning_traverse;
-  ReturningType.tp_clear = returning_clear;
-  if (PyType_Ready(&ReturningType) < 0) return nullptr;
   enabled_name = interned("_enabled");
   device_name = interned("_current_device");
   stream_name = interned("_current_stream");

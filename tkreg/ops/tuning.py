@@ -60,7 +60,7 @@ ESTIMATE_CALLS = 4
 # queued each call in 38 us, not the usual 20), the kernel took the bucket, and a 16-token MLP
 # block then ran at 0.93x torch eagerly and 0.85x compiled.
 CONTESTED = 0.10
-TIE = 0.03  # wall times within 3% of the fastest tie; the least host time breaks the tie
+TIE = 0.03  # wall times within 3% of the fastest tie; host and GPU time together break the tie (fastest)
 # Rounds of the GPU-alone timing of tied candidates (see fastest).
 DEVICE_ROUNDS = 3
 # Bumped when the file layout or the timing behind its choices changes; older files are ignored.

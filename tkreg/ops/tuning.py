@@ -381,13 +381,7 @@ class CudaClock:
 
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
-        start.record()
-        began = time.perf_counter()
-        for _ in range(n):
-            call()
-        queued_ms = (time.perf_counter() - began) * 1e3
-        end.record()
-        end.synchronize()
+        queued_ms = _between_events(call, n, start, end)
         return start.elapsed_time(end), queued_ms
 
     sleep_cycles_per_ms = 2.0e6  # a first guess (a 2 GHz SM clock), corrected by every reading
@@ -409,13 +403,7 @@ class CudaClock:
             torch.cuda.synchronize()
             slept.record()
             sleep(cycles)
-            start.record()
-            began = time.perf_counter()
-            for _ in range(n):
-                call()
-            queued_ms = (time.perf_counter() - began) * 1e3
-            end.record()
-            end.synchronize()
+            queued_ms = _between_events(call, n, start, end)
             held_ms = slept.elapsed_time(start)
             if held_ms > 0:
                 self.sleep_cycles_per_ms = cycles / held_ms
@@ -423,6 +411,19 @@ class CudaClock:
                 return start.elapsed_time(end)
             hold_ms = 2.0 * queued_ms + 0.1
         return None
+
+
+def _between_events(call: Callable[[], Any], n: int, start: Any, end: Any) -> float:
+    """Record ``start``, make ``n`` calls, record ``end`` and wait for it; returns the ms the host
+    took to queue the calls."""
+    start.record()
+    began = time.perf_counter()
+    for _ in range(n):
+        call()
+    queued_ms = (time.perf_counter() - began) * 1e3
+    end.record()
+    end.synchronize()
+    return queued_ms
 
 
 _cuda_clock = CudaClock()

@@ -381,49 +381,57 @@ class CudaClock:
 
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
-        queued_ms = _between_events(call, n, start, end)
+        queued_ms = _queue(call, n, start)
+        end.record()
+        end.synchronize()
         return start.elapsed_time(end), queued_ms
 
     sleep_cycles_per_ms = 2.0e6  # a first guess (a 2 GHz SM clock), corrected by every reading
+    _sleep_loaded = False
 
     def alone(self, call: Callable[[], Any], n: int, hold_ms: float, attempts: int = 3) -> float | None:
         """ms the GPU takes for ``n`` back-to-back calls with none waiting for the host: a
         sleeping kernel holds the stream (``hold_ms`` at first) while the host queues them, and
-        CUDA events time them from the sleep's end. None where the sleep ended before the host
-        had queued them all (a call waits for the host: a synchronize, a host read) in
-        ``attempts`` tries, each holding for twice the host's last queueing time."""
+        CUDA events time them from the sleep's end. A reading counts only where the sleep still
+        held the stream once the host had queued every call (the event after it not reached);
+        else (a call waits for the host: a synchronize, a host read) it holds for twice the
+        host's queueing time and tries again, ``attempts`` times in all, then gives None."""
         import torch
 
         sleep = getattr(torch.cuda, "_sleep", None)
         if sleep is None:
             return None
         slept, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        if not self._sleep_loaded:
+            # the sleep kernel's first launch in a process loads it: the host pauses between
+            # ``slept`` and the sleep, which would read as sleeping time
+            sleep(1)
+            self._sleep_loaded = True
         for _ in range(attempts):
             cycles = int(self.sleep_cycles_per_ms * hold_ms)
             torch.cuda.synchronize()
             slept.record()
             sleep(cycles)
-            queued_ms = _between_events(call, n, start, end)
+            queued_ms = _queue(call, n, start)
+            held = not start.query()  # the sleep still runs: every call is queued behind it
+            end.record()
+            end.synchronize()
             held_ms = slept.elapsed_time(start)
             if held_ms > 0:
                 self.sleep_cycles_per_ms = cycles / held_ms
-            if held_ms > 1.2 * queued_ms + 0.05:  # the calls all waited behind the sleep
+            if held:
                 return start.elapsed_time(end)
             hold_ms = 2.0 * queued_ms + 0.1
         return None
 
 
-def _between_events(call: Callable[[], Any], n: int, start: Any, end: Any) -> float:
-    """Record ``start``, make ``n`` calls, record ``end`` and wait for it; returns the ms the host
-    took to queue the calls."""
+def _queue(call: Callable[[], Any], n: int, start: Any) -> float:
+    """Record ``start``, then make ``n`` calls; returns the ms the host took to queue them."""
     start.record()
     began = time.perf_counter()
     for _ in range(n):
         call()
-    queued_ms = (time.perf_counter() - began) * 1e3
-    end.record()
-    end.synchronize()
-    return queued_ms
+    return (time.perf_counter() - began) * 1e3
 
 
 _cuda_clock = CudaClock()

@@ -6,6 +6,7 @@ capture, or where there is nothing to choose."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,24 @@ def fake_clock(call: Any, n: int) -> float:
     return SPEED[label] * n
 
 
+CURRENT = [0]  # the simulated current CUDA device
+
+
+@contextlib.contextmanager
+def simulated_device(device: int) -> Iterator[None]:
+    before, CURRENT[0] = CURRENT[0], device
+    try:
+        yield
+    finally:
+        CURRENT[0] = before
+
+
 @pytest.fixture
 def gpu_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Tensors count as on CUDA device 0 (on the CPU too); timing reads the table above; the
     cache is private."""
     monkeypatch.setattr(choosing, "cuda_device", lambda tensors: 0)
+    monkeypatch.setattr(choosing, "on_device", simulated_device)
     monkeypatch.setattr(choosing, "_device_name", lambda device: "Simulated GPU")
     monkeypatch.setattr(choosing, "capturing_or_tracing", lambda: False)
     monkeypatch.setattr(choosing.Chooser, "environment", lambda self, device: {"device": "Simulated GPU", "torch": "x"})
@@ -93,6 +107,27 @@ def test_the_first_call_of_a_bucket_times_every_candidate_once_and_runs_the_fast
     assert TIMED == []
     assert asked == [False]  # the kernels that take the inputs; the rankers' prior is not worked out
     assert "from the tuning cache" in fresh.explain("toy_mul", x, y)
+
+
+def test_inputs_on_another_gpu_than_the_current_one_are_timed_with_theirs_current(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    """Triton launches on the current device and the clock times there: a model's tensors on its
+    second GPU, called without torch.cuda.set_device, are timed with that GPU current, and the
+    caller's current device is left as it was."""
+    monkeypatch.setattr(choosing, "cuda_device", lambda tensors: 1)
+    current_while_timed: list[int] = []
+
+    def clock(call: Any, n: int) -> float:
+        current_while_timed.append(CURRENT[0])
+        return fake_clock(call, n)
+
+    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+    assert set(TIMED) == {"toy_fast", "toy_slow", "peer"}
+    assert current_while_timed and set(current_while_timed) == {1}
+    assert CURRENT == [0]
 
 
 def test_the_peer_runs_when_it_is_fastest(gpu_like: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any) -> None:
@@ -752,5 +787,29 @@ def test_a_later_process_calls_a_remembered_peer_that_returns_y_itself_with_noth
         want_y, want_rstd = rms_reference(rows, w)
         torch.testing.assert_close(y, want_y)
         torch.testing.assert_close(rstd, want_rstd)
+    finally:
+        tkreg.ops.uninstall()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tkreg.ops
+    from tests.ops_support import assert_sum_close
+
+    monkeypatch.setenv(tuning.ENV_CACHE, str(tmp_path))
+    monkeypatch.delenv(tuning.ENV_TUNE, raising=False)
+    tkreg.ops.install()
+    try:
+        torch.cuda.set_device(0)
+        x = torch.randn(300, 5000, device="cuda:1")
+        got = tkreg.ops.sum_row(x)
+        torch.cuda.synchronize(1)
+        assert torch.cuda.current_device() == 0 and got.device == x.device
+        assert_sum_close(got, x)
+        assert "timed in this process" in tkreg.ops.explain("sum_row", x)
+        for _ in range(3):  # the recorded call, then replays
+            assert_sum_close(tkreg.ops.sum_row(x), x)
     finally:
         tkreg.ops.uninstall()

@@ -14,6 +14,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +107,8 @@ class Chooser:
                                 f"a call with tuning on times {labels})", "prior")
             candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params, named)
             shape = _shapes(kernel_inputs)
-            choice = tuner.choose(bucket, candidates, shape, _device_name(device))
+            with on_device(device):
+                choice = tuner.choose(bucket, candidates, shape, _device_name(device))
             if choice is None:
                 return Decision(prior.launchers, f"{prior.why} (prior: no candidate could be timed)", "prior")
         return self._ordered(choice, kernels, launcher)
@@ -245,7 +247,8 @@ class Chooser:
         if not candidates:
             return None
         shape = _shapes(kernel_inputs)
-        return tuner.choose(key, candidates, shape, _device_name(device), exclusive=False)
+        with on_device(device):
+            return tuner.choose(key, candidates, shape, _device_name(device), exclusive=False)
 
     def environment(self, device: int) -> dict[str, str]:
         """What a choice holds for: the GPU, the driver, and the versions of everything that runs."""
@@ -280,6 +283,15 @@ def cuda_device(tensors: Sequence[Any]) -> int | None:
 
             return device.index if device.index is not None else torch.cuda.current_device()
     return None
+
+
+def on_device(device: int) -> AbstractContextManager[Any]:
+    """The inputs' GPU made current while their candidates are timed: Triton launches on the
+    current device, and the clock's events and synchronize act there, while a model may call with
+    tensors on another GPU than the current one (no ``torch.cuda.set_device``)."""
+    import torch
+
+    return torch.cuda.device(device)
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -360,6 +361,68 @@ def test_a_choice_says_each_candidates_gpu_time_and_older_entries_read_without_i
     assert Choice.from_json(made.to_json()).device_us == {"k": 6.7}
     older = {k: v for k, v in made.to_json().items() if k != "device_us"}
     assert Choice.from_json(older).device_us == {}
+
+
+class ScriptedGpu:
+    """torch.cuda as CudaClock.alone uses it, scripted: whether the event after each hold is
+    already reached once the calls are queued (``reached``), and the ms each hold lasted."""
+
+    def __init__(self, reached: list[bool], held_ms: float = 0.5, reading_ms: float = 0.3) -> None:
+        self.reached, self.held_ms, self.reading_ms = list(reached), held_ms, reading_ms
+        self.sleeps: list[int] = []
+        self.device = 0
+        gpu = self
+
+        class Event:
+            made = 0
+
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.role = ("slept", "start", "end")[Event.made % 3]  # alone makes them in this order
+                Event.made += 1
+
+            def record(self) -> None:
+                pass
+
+            def synchronize(self) -> None:
+                pass
+
+            def query(self) -> bool:
+                return gpu.reached.pop(0)
+
+            def elapsed_time(self, other: Any) -> float:
+                return gpu.held_ms if self.role == "slept" else gpu.reading_ms
+
+        self.Event = Event
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "Event", self.Event)
+        monkeypatch.setattr(torch.cuda, "_sleep", self.sleeps.append, raising=False)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.device)
+
+
+def test_a_gpu_alone_reading_counts_only_where_the_sleep_outlasted_the_queueing(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    gpu = ScriptedGpu(reached=[True, False])  # the first hold ended too soon, the second held
+    gpu.install(monkeypatch)
+    clock = tuning.CudaClock()
+    assert clock.alone(lambda: None, 10, 0.2) == gpu.reading_ms
+    load, first, second = gpu.sleeps
+    assert load == 1  # the sleep kernel runs once before a hold is timed
+    # the first hold, at the first guess of the rate, read the sleep's rate (cycles per ms held);
+    # the second holds, at that rate, for twice the host's queueing time (near 0 here) plus 0.1 ms
+    assert first == int(2.0e6 * 0.2)
+    assert 0.1 <= second / (first / gpu.held_ms) < 0.2
+    gpu.reached = [False]
+    assert clock.alone(lambda: None, 10, 0.2) == gpu.reading_ms
+    assert len(gpu.sleeps) == 4  # loaded already on this device
+    gpu.device, gpu.reached = 1, [False]
+    clock.alone(lambda: None, 10, 0.2)
+    assert gpu.sleeps[4] == 1  # another device loads it again
+    gpu.reached = [True, True, True]  # every call waits for the host
+    assert clock.alone(lambda: None, 10, 0.2) is None
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="times calls on a CUDA GPU")

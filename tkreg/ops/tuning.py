@@ -387,7 +387,9 @@ class CudaClock:
         return start.elapsed_time(end), queued_ms
 
     sleep_cycles_per_ms = 2.0e6  # a first guess (a 2 GHz SM clock), corrected by every reading
-    _sleep_loaded = False
+
+    def __init__(self) -> None:
+        self._sleep_loaded: set[int] = set()  # the devices whose sleep kernel has run
 
     def alone(self, call: Callable[[], Any], n: int, hold_ms: float, attempts: int = 3) -> float | None:
         """ms the GPU takes for ``n`` back-to-back calls with none waiting for the host: a
@@ -402,11 +404,12 @@ class CudaClock:
         if sleep is None:
             return None
         slept, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        if not self._sleep_loaded:
-            # the sleep kernel's first launch in a process loads it: the host pauses between
+        device = torch.cuda.current_device()
+        if device not in self._sleep_loaded:
+            # the sleep kernel's first launch on a device loads it: the host pauses between
             # ``slept`` and the sleep, which would read as sleeping time
             sleep(1)
-            self._sleep_loaded = True
+            self._sleep_loaded.add(device)
         for _ in range(attempts):
             cycles = int(self.sleep_cycles_per_ms * hold_ms)
             torch.cuda.synchronize()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.ops_support import ToyPlugin, registry_with, toy_kernel, toy_mul_torch
+from tests.ops_support import ToyPlugin, assert_sum_close, registry_with, toy_kernel, toy_mul_torch
 from tkreg.ops import choosing, tuning
 
 torch = pytest.importorskip("torch")
@@ -796,7 +796,6 @@ def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tkreg.ops
-    from tests.ops_support import assert_sum_close
 
     monkeypatch.setenv(tuning.ENV_CACHE, str(tmp_path))
     monkeypatch.delenv(tuning.ENV_TUNE, raising=False)

@@ -438,8 +438,8 @@ def test_the_cuda_clock_times_calls_on_the_gpu_alone_and_refuses_calls_that_wait
     for _ in range(10):
         add()
     wall_ms, queued_ms = clock(add, 200)
-    # maybe the process's first hold (the sleep kernel not loaded yet), too short at first:
-    # it holds longer and reads the calls' GPU time, below the host's time to queue them (a small
+    # a new clock's first hold (it runs the sleep kernel once first), too short at first: it
+    # holds longer and reads the calls' GPU time, below the host's time to queue them (a small
     # add runs in a fraction of its launch)
     alone_ms = clock.alone(add, 200, 0.2)
     assert alone_ms is not None and 0 < alone_ms <= wall_ms * 1.05

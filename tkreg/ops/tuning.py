@@ -374,6 +374,11 @@ def _wall_ms(got: float | tuple[float, float]) -> float:
 class CudaClock:
     """The default clock of :func:`measure`, on CUDA events of the current stream."""
 
+    sleep_cycles_per_ms = 2.0e6  # a first guess (a 2 GHz SM clock), corrected by every reading
+
+    def __init__(self) -> None:
+        self._sleep_loaded: set[int] = set()  # the devices whose sleep kernel has run
+
     def __call__(self, call: Callable[[], Any], n: int) -> tuple[float, float]:
         """(ms from the first call's start to the last one's end on the GPU, ms the host took to
         queue them)."""
@@ -385,11 +390,6 @@ class CudaClock:
         end.record()
         end.synchronize()
         return start.elapsed_time(end), queued_ms
-
-    sleep_cycles_per_ms = 2.0e6  # a first guess (a 2 GHz SM clock), corrected by every reading
-
-    def __init__(self) -> None:
-        self._sleep_loaded: set[int] = set()  # the devices whose sleep kernel has run
 
     def alone(self, call: Callable[[], Any], n: int, hold_ms: float, attempts: int = 3) -> float | None:
         """ms the GPU takes for ``n`` back-to-back calls with none waiting for the host: a

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from tests.ops_support import ToyPlugin, assert_sum_close, registry_with, toy_kernel, toy_mul_torch
-from tkreg.ops import choosing, tuning
+from tkreg.ops import choosing, dispatch, tuning, warming
+from tkreg.ops.tuning import PEER
 
 torch = pytest.importorskip("torch")
 
@@ -24,19 +25,44 @@ SPEED = {"toy_fast": 0.010, "toy_slow": 0.030, "peer": 0.020}
 TIMED: list[str] = []
 
 
+RAN: list[str] = []  # the toy kernels' calls, in order
+
+
 def toy_fast(x: Any, y: Any, out: Any) -> Any:
+    RAN.append("toy_fast")
     return toy_mul_torch(x, y, out)
 
 
 def toy_slow(x: Any, y: Any, out: Any) -> Any:
+    RAN.append("toy_slow")
     return toy_mul_torch(x, y, out)
 
 
-def fake_clock(call: Any, n: int) -> float:
+def _label(call: Any) -> str:
     target = getattr(call, "launcher", None) or getattr(call, "func", call)
-    label = {toy_fast: "toy_fast", toy_slow: "toy_slow"}.get(target, "peer")
+    return {toy_fast: "toy_fast", toy_slow: "toy_slow"}.get(target, "peer")
+
+
+def fake_clock(call: Any, n: int) -> float:
+    label = _label(call)
     TIMED.append(label)
     return SPEED[label] * n
+
+
+class ReplayClock:
+    """Simulated (wall, host, GPU) ms per call of each candidate, by label; times calls on the GPU
+    alone too, as tkreg's CUDA clock does."""
+
+    def __init__(self, table: dict[str, tuple[float, float, float]]) -> None:
+        self.table = table
+
+    def __call__(self, call: Any, n: int) -> tuple[float, float]:
+        label = _label(call)
+        TIMED.append(label)
+        return self.table[label][0] * n, self.table[label][1] * n
+
+    def alone(self, call: Any, n: int, hold_ms: float) -> float:
+        return self.table[_label(call)][2] * n
 
 
 CURRENT = [0]  # the simulated current CUDA device
@@ -66,6 +92,7 @@ def gpu_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     if DEVICE == "cpu":  # the toy kernels are torch code; the registry runs kernels on CPU tensors only with the interpreter on
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     TIMED.clear()
+    RAN.clear()
     yield tmp_path
 
 
@@ -810,5 +837,147 @@ def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_
         assert "timed in this process" in tkreg.ops.explain("sum_row", x)
         for _ in range(3):  # the recorded call, then replays
             assert_sum_close(tkreg.ops.sum_row(x), x)
+    finally:
+        tkreg.ops.uninstall()
+
+
+@pytest.fixture
+def capturing(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether the current stream is being captured in a CUDA graph (simulated; set it), and the
+    plans' own calls ahead of a capture allowed, as on a GPU outside one."""
+    state = [False]
+    monkeypatch.setattr(dispatch, "_capturing", lambda: lambda: state[0])
+    monkeypatch.setattr(warming, "may_launch_own_work", lambda: not state[0])
+    return state
+
+
+def test_a_call_captured_in_a_cuda_graph_runs_the_candidate_with_the_least_gpu_time(
+    capturing: list[bool], monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    """The peer launch-bound (host 19.5 us, its kernel 4), toy_fast the faster eagerly (host 4,
+    its kernel 9.5): eager calls run toy_fast, captured ones the peer."""
+    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(
+        {"toy_fast": (0.010, 0.004, 0.0095), "toy_slow": (0.030, 0.005, 0.0295), "peer": (0.020, 0.0195, 0.004)}))
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+    text = two_kernels.explain("toy_mul", x, y)
+    assert text.startswith("tkreg.ops.toy_mul calls toy_fast")
+    assert "a call captured in a CUDA graph runs peer, the least GPU time (4.0 us against 9.5)" in text
+    RAN.clear()
+    capturing[0] = True
+    torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+    assert RAN == []  # the peer ran
+    capturing[0] = False
+    torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+    assert RAN == ["toy_fast"]
+
+
+def test_a_kernel_that_captured_calls_run_is_called_ahead_of_the_capture_and_in_later_processes(
+    capturing: list[bool], monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+) -> None:
+    """The peer the faster eagerly, toy_fast's kernel the shorter: the signature's first call runs
+    toy_fast ahead into outputs of its own (a capture must not be its launcher's first call), and a
+    later process over the cache captures toy_fast too, timing nothing."""
+    table = {"toy_fast": (0.010, 0.003, 0.002), "toy_slow": (0.030, 0.005, 0.0295), "peer": (0.008, 0.0078, 0.005)}
+    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(table))
+    x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
+    before = x.clone(), y.clone()
+    torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+    timing_calls = RAN.count("toy_fast")
+    assert two_kernels.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer")
+    assert RAN.count("toy_fast") == timing_calls  # explain runs nothing
+    RAN.clear()
+    two_kernels.toy_mul(torch.randn(60, 60, device=DEVICE), torch.randn(60, 60, device=DEVICE))  # same bucket, new signature
+    assert RAN == ["toy_fast"] * dispatch.WARM_CALLS  # ahead of any capture, nothing else of it
+    assert torch.equal(x, before[0]) and torch.equal(y, before[1])
+    capturing[0] = True
+    RAN.clear()
+    torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+    assert RAN == ["toy_fast"]
+    capturing[0] = False
+    import tkreg.ops
+
+    tkreg.ops.uninstall()  # writes the remembered signatures, as a process's exit does
+    TIMED.clear()
+    RAN.clear()
+    fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
+    torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
+    assert TIMED == []
+    capturing[0] = True
+    RAN.clear()
+    torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
+    assert RAN == ["toy_fast"]
+
+
+def test_captured_calls_of_a_norm_never_run_a_peer_that_leaves_its_rstd_unwritten(
+    capturing: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backward kernel reads the rstd the forward kernel wrote: where the peer computes y only,
+    captured calls keep the kernel, however short the peer's GPU time."""
+    import functools
+
+    import tkreg.ops
+    from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
+
+    class ByKind:  # the peer (a partial, as candidates call it) launch-bound with a short kernel
+        def __call__(self, call: Any, n: int) -> tuple[float, float]:
+            return (0.020 * n, 0.0195 * n) if isinstance(call, functools.partial) else (0.010 * n, 0.004 * n)
+
+        def alone(self, call: Any, n: int, hold_ms: float) -> float:
+            return (0.004 if isinstance(call, functools.partial) else 0.0095) * n
+
+    monkeypatch.setattr(tuning, "_cuda_clock", ByKind())
+    x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
+        tkreg.ops.toy_rms_norm(x, w)
+        assert "captured calls run rms_torch all the same" in tkreg.ops.explain("toy_rms_norm", x, w)
+        CALLS.clear()
+        capturing[0] = True
+        _, rstd = torch.ops.tkreg.toy_rms_norm(x, w)
+        assert len(calls("rms_torch")) == 1 and not calls("rms_peer")
+        torch.testing.assert_close(rstd.double(), rms_reference(x.double(), w.double())[1], atol=1e-6, rtol=1e-6)
+    finally:
+        tkreg.ops.uninstall()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="captures a CUDA graph")
+def test_on_a_gpu_a_captured_call_replays_the_kernel_its_bucket_chose_for_graphs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bucket whose eager choice is the peer and whose choice for captured calls is the sum_row
+    kernel (as tuning makes one where torch's call is launch-bound): eager calls run torch, the
+    captured call the kernel, whose replay sums the inputs the graph reads."""
+    import tkreg.ops
+
+    monkeypatch.setenv(tuning.ENV_CACHE, str(tmp_path))
+    monkeypatch.setenv(tuning.ENV_TUNE, "0")
+    tkreg.ops.install()
+    try:
+        x = torch.randn(37, 1000, device="cuda")
+        dispatcher = tkreg.ops._installed["dispatchers"]["sum_row"]
+        bucket = dispatcher.chooser.bucket([x], {})
+        assert bucket is not None
+        dispatcher.chooser.tuner(x.device.index)._memory[bucket] = tuning.Choice(
+            bucket, PEER, None, {}, {PEER: 6.0, "sum_row": 7.0}, "GPU", tuning.now(), "37x1000",
+            device_us={PEER: 3.0, "sum_row": 1.5}, graphed="sum_row", graphed_kernel="sum_row")  # fmt: skip
+        assert_sum_close(tkreg.ops.sum_row(x), x)
+        assert "a call captured in a CUDA graph runs sum_row" in tkreg.ops.explain("sum_row", x)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            tkreg.ops.sum_row(x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        graph.enable_debug_mode()
+        with torch.cuda.graph(graph):
+            out = tkreg.ops.sum_row(x)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_sum_close(out, x)
+        dump = tmp_path / "graph.dot"
+        graph.debug_dump(str(dump))
+        assert "sum_row_kernel" in dump.read_text()
     finally:
         tkreg.ops.uninstall()

@@ -355,6 +355,74 @@ def test_only_tied_candidates_are_timed_on_the_gpu_and_a_failed_reading_is_left_
     assert clock.alone_calls == []
 
 
+class HostClock(SleepClock):
+    """A SleepClock that also gives the host's queueing time (ms per call by identity)."""
+
+    def __init__(self, table: dict[object, tuple[float, float, float]]) -> None:
+        super().__init__({c: t[0] for c, t in table.items()}, {c: t[2] for c, t in table.items()})
+        self.host_ms = {c: t[1] for c, t in table.items()}
+
+    def __call__(self, call: object, n: int) -> tuple[float, float]:  # type: ignore[override]
+        return super().__call__(call, n), self.host_ms[call] * n
+
+
+def _launch_bound_peer() -> tuple[dict[str, Any], HostClock]:
+    """The peer launch-bound (its host time is its wall time, its kernel short), a kernel faster
+    eagerly (its host quick, its kernel long), and a slower one: (wall, host, GPU) ms per call."""
+    def peer() -> None: ...
+    def kernel() -> None: ...
+    def slow() -> None: ...
+
+    clock = HostClock({peer: (0.020, 0.0195, 0.004), kernel: (0.010, 0.004, 0.0095), slow: (0.030, 0.005, 0.0295)})
+    return {PEER: peer, "kernel": kernel, "slow": slow}, clock
+
+
+def test_where_a_candidate_is_launch_bound_every_candidate_is_timed_on_the_gpu_alone_for_captured_calls() -> None:
+    calls, clock = _launch_bound_peer()
+    host: dict[str, float] = {}
+    gpu: dict[str, float] = {}
+    times = tuning.measure(calls, 10, clock, host=host, device=gpu, graphs=True)
+    assert gpu == {PEER: pytest.approx(4.0), "kernel": pytest.approx(9.5), "slow": pytest.approx(29.5)}
+    winner = tuning.fastest(times, host, gpu)
+    assert winner == "kernel"  # eagerly the kernel leads by half; replayed, the peer's kernel takes 0.4 of its time
+    assert tuning.least_gpu(times, gpu, winner) == PEER
+    # without ``graphs`` only ties are timed alone (none here)
+    clock.alone_calls.clear()
+    assert tuning.measure(calls, 10, clock, device={}) and clock.alone_calls == []
+    # where every candidate keeps the GPU busy, its wall time is its GPU's: nothing is timed alone
+    calls, _ = _launch_bound_peer()
+    busy = HostClock({calls[PEER]: (0.020, 0.005, 0.0195), calls["kernel"]: (0.010, 0.004, 0.0098),
+                      calls["slow"]: (0.030, 0.005, 0.0295)})  # fmt: skip
+    gpu.clear()
+    tuning.measure(calls, 10, busy, device=gpu, graphs=True)
+    assert busy.alone_calls == [] and gpu == {}
+
+
+def test_captured_calls_keep_the_winner_unless_another_takes_less_gpu_time_beyond_the_tie() -> None:
+    times = {"k": 10.0, PEER: 20.0}
+    assert tuning.least_gpu(times, {"k": 9.5, PEER: 4.0}, "k") == PEER
+    assert tuning.least_gpu(times, {"k": 4.1, PEER: 4.0}, "k") == "k"  # within TIE: no reason to run another
+    assert tuning.least_gpu(times, {PEER: 4.0}, "k") is None  # a reading missing: no choice for captures
+    assert tuning.least_gpu({"k": 10.0, PEER: "failed: boom"}, {"k": 9.5}, "k") == "k"
+
+
+def test_a_choice_names_what_captured_calls_run_and_keeps_it_in_the_cache(tmp_path: Path) -> None:
+    calls, clock = _launch_bound_peer()
+    candidates = {Candidate(None): calls[PEER], Candidate("kernel", {"BLOCK": 64}): calls["kernel"],
+                  Candidate("slow"): calls["slow"]}  # fmt: skip
+    cache = TuningCache(tmp_path, {"device": "GPU"})
+    made = Tuner("op", cache).choose("b", candidates, "1x1", "GPU", clock=clock)
+    assert made is not None and made.winner == "kernel[BLOCK=64]" and made.config == {"BLOCK": 64}
+    assert (made.graphed, made.graphed_kernel, made.graphed_config) == (PEER, None, {})
+    assert "a call captured in a CUDA graph runs peer, the least GPU time (4.0 us against 9.5)" in made.describe()
+    read = Tuner("op", TuningCache(tmp_path, {"device": "GPU"})).known("b")
+    assert read is not None and (read.graphed, read.graphed_kernel, read.source) == (PEER, None, "cache")
+    # a training step's choice has none (its replay is not what a capture of the forward runs)
+    clock.alone_calls.clear()
+    trained = Tuner("op", None).choose("t", candidates, "1x1", "GPU", clock=clock, exclusive=False, graphs=False)
+    assert trained is not None and trained.graphed == "" and clock.alone_calls == []
+
+
 def test_a_choice_says_each_candidates_gpu_time_and_older_entries_read_without_it() -> None:
     made = Choice("b", "k", "k", {}, {"k": 9.2, PEER: 12.5}, "GPU", "now", "1x1", host_us={"k": 9.1}, device_us={"k": 6.7})
     assert "k 9.2 us (host 9.1, GPU 6.7), peer 12.5 us" in made.describe()

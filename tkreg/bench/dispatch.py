@@ -7,7 +7,9 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
    the inputs (at its launcher's own choice and at each config it offers for tuning) and the peer
    are timed in the same interleaved rounds, as a model pays a call: back-to-back calls between
    CUDA events, launch included, each allocating its output. A pick passes within PICK_WITHIN of
-   the fastest of the others.
+   the fastest of the others. The same calls are then each captured in a CUDA graph and replayed,
+   as a captured model pays them (their GPU time alone), and tkreg.ops (which runs the bucket's
+   choice for captured calls) is judged the same way.
 2. A cold process with the warm cache: the same shapes in a new process make no timing call; its
    first call of each is timed against a warm call of the same shape: the median of calls made
    back to back, and a call made after the same work as the first (the peer's calls of the shape).
@@ -41,6 +43,7 @@ from ..core.loading import default_registry
 from ..core.registry import Registry
 from ..core.specs import Op
 from .calls import Signature, geomean, kernel_call, make_inputs, peer_call, say
+from .graphed import graphed_us
 from .suites import Deadline, Measured
 
 PICK_WITHIN = 0.95  # tkreg.ops passes where the fastest other candidate takes at least this share of its time
@@ -108,6 +111,10 @@ def measure(deadline: Deadline) -> Measured:
         "choices_within": len(chosen_well),
         "choice_share": round(len(chosen_well) / len(picks), 3) if picks else None,
     }
+    replayed = [r for r in picks if "graph_ratio" in r]
+    if replayed:
+        summary.update(graph_picks=len(replayed), graph_picks_within=sum(bool(r["graph_pass"]) for r in replayed),
+                       graph_geomean=round(geomean(r["graph_ratio"] for r in replayed), 4))
     for warmed in (False, True):
         cold = [r for r in rows if r.get("check") == "cold" and r.get("warmed") is warmed and "first_us" in r]
         if cold:
@@ -214,15 +221,40 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, A
             row["choice_pass"] = row["choice_ratio"] >= PICK_WITHIN
         say(f"  pick {sig.label}: tkreg.ops {ours:.1f} us ({chosen} {others.get(chosen, float('nan')):.1f}), "
             f"best {best} {others[best]:.1f} us ({row['ratio']:.3f}; choice {row.get('choice_ratio')})")
+        row.update(_replayed_against_best(calls, timed, op.name, inputs))
     return row
 
 
-def _chosen(op: str, inputs: tuple[Any, ...]) -> str:
-    """The candidate tkreg.ops runs for these inputs, as the dispatch suite labels candidates."""
+def _replayed_against_best(calls: dict[str, Callable[[], Any]], eager_us: dict[str, float], op: str,
+                           inputs: tuple[Any, ...]) -> dict[str, Any]:
+    """The pick again, every call replayed from a CUDA graph (:mod:`.graphed`): what a captured
+    model pays, its GPU time alone."""
+    try:
+        got = graphed_us(calls, eager_us)
+    except Exception as e:  # the row keeps its eager figures
+        return {"graph_error": f"{type(e).__name__}: {str(e)[:300]}"}
+    timed = {k: v for k, v in got.items() if isinstance(v, float)}
+    row: dict[str, Any] = {"graphed_us": {k: round(v, 2) for k, v in timed.items()},
+                           "not_captured": {k: v for k, v in got.items() if not isinstance(v, float)}}
+    ours = timed.pop("tkreg.ops", None)
+    if ours and timed:
+        best = min(timed, key=lambda k: timed[k])
+        row.update(graph_best=best, graph_ratio=round(timed[best] / ours, 4), graph_chosen=_chosen(op, inputs, captured=True))
+        row["graph_pass"] = row["graph_ratio"] >= PICK_WITHIN
+        say(f"    replayed: tkreg.ops {ours:.2f} us ({row['graph_chosen']}), best {best} {timed[best]:.2f} us "
+            f"({row['graph_ratio']:.3f})")
+    return row
+
+
+def _chosen(op: str, inputs: tuple[Any, ...], captured: bool = False) -> str:
+    """The candidate tkreg.ops runs for these inputs (``captured``: in a CUDA graph's capture), as
+    the dispatch suite labels candidates."""
     from .. import ops
 
     dispatcher = ops._installed["dispatchers"][op]
     plan = dispatcher.plan(inputs, dispatcher.params.values({}), tune=False)
+    if captured and plan.graphed is not None:
+        plan = plan.graphed
     return plan.launchers[0][0] if plan.launchers else "peer"
 
 

@@ -44,6 +44,9 @@ class Decision:
     why: str
     source: str  # "tuning", "cache" or "prior"
     choice: Choice | None = None
+    # what a call captured in a CUDA graph runs instead (label, launcher; None: the peer), where
+    # the bucket's choice names another candidate for those (Choice.graphed)
+    graphed: tuple[str, Callable[..., Any] | None] | None = None
 
     @property
     def peer(self) -> bool:
@@ -127,17 +130,29 @@ class Chooser:
         """The choice first, then the other kernels in the registry's order (fallbacks should the
         first refuse a call)."""
         why = choice.describe()
-        if choice.winner == PEER:
-            return Decision([], why, choice.source, choice)
-        rest = [(k.name, launcher(k)) for k in kernels]
         by_name = {k.name: k for k in kernels}
+        graphed = self._graphed(choice, by_name, launcher)
+        if choice.winner == PEER:
+            return Decision([], why, choice.source, choice, graphed)
+        rest = [(k.name, launcher(k)) for k in kernels]
         if choice.kernel not in by_name:  # the cached winner no longer takes these inputs
             return Decision(rest, f"the measured winner {choice.winner} does not take these inputs now; registry order",
                             "prior", choice)
-        first = launcher(by_name[choice.kernel])
-        if choice.config:
-            first = functools.partial(first, **choice.config)
-        return Decision([(choice.winner, first), *(r for r in rest if r[0] != choice.kernel)], why, choice.source, choice)
+        first = _configured(launcher(by_name[choice.kernel]), choice.config)
+        return Decision([(choice.winner, first), *(r for r in rest if r[0] != choice.kernel)], why, choice.source, choice,
+                        graphed)
+
+    @staticmethod
+    def _graphed(choice: Choice, by_name: dict[str, Kernel],
+                 launcher: Callable[[Kernel], Callable[..., Any]]) -> tuple[str, Callable[..., Any] | None] | None:
+        """What a captured call runs instead of the winner (None: the winner, or a kernel that no
+        longer takes these inputs)."""
+        if not choice.graphed:
+            return None
+        if choice.graphed_kernel is None:
+            return (choice.graphed, None)
+        kernel = by_name.get(choice.graphed_kernel)
+        return None if kernel is None else (choice.graphed, _configured(launcher(kernel), choice.graphed_config))
 
     def candidate_names(self, kernels: Sequence[Kernel], kernel_inputs: Sequence[Any], params: dict[str, Any]) -> list[Candidate]:
         """The candidates :meth:`candidates` makes, in its order, without making them."""
@@ -248,7 +263,7 @@ class Chooser:
             return None
         shape = _shapes(kernel_inputs)
         with on_device(device):
-            return tuner.choose(key, candidates, shape, _device_name(device), exclusive=False)
+            return tuner.choose(key, candidates, shape, _device_name(device), exclusive=False, graphs=False)
 
     def environment(self, device: int) -> dict[str, str]:
         """What a choice holds for: the GPU, the driver, and the versions of everything that runs."""
@@ -273,6 +288,10 @@ def kernel_call(launch: Callable[..., Any], kernel_inputs: Sequence[Any], layout
 
     allocate = outputs_allocator(layouts)  # as the plan allocates
     return RecordedCall(launch_into, allocate, kernel_inputs, several, replayable, launch)
+
+
+def _configured(launch: Callable[..., Any], config: dict[str, Any]) -> Callable[..., Any]:
+    return functools.partial(launch, **config) if config else launch
 
 
 def cuda_device(tensors: Sequence[Any]) -> int | None:

@@ -69,6 +69,8 @@ OPAQUE_CALL_US = 10.0
 # third of that (its backward, kernel or formula, taken to lead by at most twice as much) makes
 # such a call the peer's own: training at launch-bound sizes runs at torch's speed.
 AUTOGRAD_LEAD_US = 40.0
+# Calls made ahead of a capture of the candidate captured calls run (the load, the recording, a replay).
+WARM_CALLS = 3
 
 
 class PeerFallbackWarning(UserWarning):
@@ -136,6 +138,9 @@ class Plan:
     gradient_call: Callable[..., Any] | None = None
     autograd_decided: bool = False  # a kernel's plan: whether gradient_call was decided
     replayer: Replayer | None = None  # a kernel declared replay=True: its launches are recorded (.replaying)
+    # what calls captured in a CUDA graph run instead, where the bucket's choice names another
+    # candidate for them (the least GPU time: Choice.graphed); its run is made with this plan's
+    graphed: Plan | None = None
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -341,6 +346,32 @@ class Dispatcher:
         return plan
 
     def prepare(self, plan: Plan, inputs: Sequence[Any]) -> None:
+        """Build ``plan.run`` for calls of this signature, and where calls captured in a CUDA graph
+        run another candidate (``plan.graphed``), its run too, called once ahead where this is
+        not a capture (a capture must not be the launcher's first call: that loads its kernel)."""
+        graphed = plan.graphed
+        if graphed is not None and graphed.run is None:
+            self._prepare_run(graphed, inputs)
+            if not self._warmed(graphed, inputs):
+                plan.graphed = None
+        self._prepare_run(plan, inputs)
+
+    def _warmed(self, plan: Plan, inputs: Sequence[Any]) -> bool:
+        """Make the calls a launcher's first ones are (the load, the recording) for ``plan``, into
+        outputs of its own, where the caller's work is not being captured or traced; False where
+        one failed (its plan is then left out)."""
+        if not warming.may_launch_own_work():
+            return True
+        try:
+            for _ in range(WARM_CALLS):
+                plan.run(*inputs)  # type: ignore[misc]
+        except Exception as e:  # the eager choice still runs; captured calls run it too
+            log.info("tkreg.ops.%s: captured calls run the eager choice (%s failed: %s: %s)", self.op.name,
+                     plan.launchers[0][0] if plan.launchers else "the peer", type(e).__name__, e)
+            return False
+        return True
+
+    def _prepare_run(self, plan: Plan, inputs: Sequence[Any]) -> None:
         """Build ``plan.run`` for calls of this signature: everything the signature fixes (views,
         output shapes, dtypes and devices, the launcher, the parameters) is bound once."""
         import torch
@@ -463,11 +494,21 @@ class Dispatcher:
                 why = first.ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")
                 prior = Decision([(k.name, self.deferred(k)) for k in kernels], why, "prior")
             decision = self.chooser.decide(kernels, self.deferred, inputs, kernel_inputs, outputs, params, prior, tune)
+        refused = f"{note}every kernel refused"
         if decision.peer:
             plan = Plan(view, outputs, params, peer_reason=f"faster for these inputs: {decision.why}", source=decision.source)
         else:
-            refused = f"{note}every kernel refused"
             plan = Plan(view, outputs, params, decision.launchers, decision.why, refused, source=decision.source)
+        if decision.graphed is not None:
+            label, launch = decision.graphed
+            if launch is not None:
+                plan.graphed = Plan(view, outputs, params, [(label, launch)], decision.why, refused, source=decision.source)
+            elif not self.kernels_own_outputs:
+                plan.graphed = Plan(view, outputs, params, peer_reason=f"the least GPU time: {decision.why}",
+                                    source=decision.source)
+            else:  # the peer would leave an output a backward reads (an rstd) unwritten
+                plan.why += (f"; captured calls run {plan.launchers[0][0]} all the same: the peer leaves "
+                             f"outputs of the kernels' own unwritten")
         log.info("%s", plan.describe(self.op.name))
         return plan
 
@@ -663,6 +704,8 @@ class Dispatcher:
         cache = self.chooser.tuner(device).cache if device is not None else None
         if cache is not None:
             why = plan.peer_reason if not plan.launchers else plan.why
+            if plan.graphed is not None:  # a kernel runs its captured calls: planned, and preloaded, as a kernel's
+                entry = {"way": remembered.KERNEL}
             signature = remembered.text(plan.key, bool(self.params.names))
             remembered.remember(cache, self.op.name, signature, {**entry, "why": why})
 
@@ -770,18 +813,22 @@ class Dispatcher:
         return bound
 
     def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
-        """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones)."""
-        plan.run = run
+        """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones);
+        where calls captured in a CUDA graph run another candidate, each asks first."""
         if returned is None:
             pick = self.pick
             if pick is None:
                 returned = run
             else:
+                eager = run
 
                 def returned(*inputs: Any) -> Any:
-                    return pick(run(*inputs))
+                    return pick(eager(*inputs))
 
-        plan.returned = returned
+        graphed = plan.graphed
+        if graphed is not None:
+            run, returned = _unless_captured(run, graphed, returned)
+        plan.run, plan.returned = run, returned
 
     def warn_peer(self, reason: str, what: str = "calls", stacklevel: int = 4) -> None:
         if self.op.peer is None or reason in self._warned:
@@ -1023,6 +1070,28 @@ class Dispatcher:
             return text
         way = "the peer's own call" if training.winner == PEER else f"{plan.launchers[0][0]} and its backward"
         return f"{text}. A call that wants a gradient makes {way}: {training.describe()}"
+
+
+def _unless_captured(run: Callable[..., Any], graphed: Plan,
+                     returned: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``run`` and ``returned``, each making ``graphed``'s call instead while the current stream is
+    being captured in a CUDA graph: a replay pays the GPU time alone. Both read ``graphed``'s at
+    each call, as its first calls replace them (.replaying)."""
+    capturing = _capturing()
+
+    def run_or_graphed(*inputs: Any) -> Any:
+        return graphed.run(*inputs) if capturing() else run(*inputs)  # type: ignore[misc]
+
+    def returned_or_graphed(*inputs: Any) -> Any:
+        return graphed.returned(*inputs) if capturing() else returned(*inputs)  # type: ignore[misc]
+
+    return run_or_graphed, returned_or_graphed
+
+
+def _capturing() -> Callable[[], bool]:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing
 
 
 def _picker(count: int, returned: tuple[int, ...]) -> Callable[[Any], Any] | None:

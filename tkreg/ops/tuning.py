@@ -20,6 +20,11 @@ Candidates that tie on that time are then timed on the GPU alone (calls queued b
 kernel, so no launch waits for the host), and the tie goes to the least host and GPU time
 together: where every candidate is launch-bound, wall time cannot tell their kernels apart.
 
+A call captured in a CUDA graph costs its GPU time alone: a replay launches no Python. Where a
+candidate is launch-bound (its host time near its wall time, so its kernel's time is hidden),
+every candidate is also timed on the GPU alone, and the one with the least GPU time is the
+bucket's choice for captured calls (``Choice.graphed``) where it is not the eager choice.
+
 Environment: ``TKREG_TUNE=0`` never times (the cache, else the prior: the registry's ranking);
 ``TKREG_TUNE_BUDGET_S`` bounds the seconds one bucket may spend (default 10: compiles dominate);
 ``TKREG_CACHE_DIR`` moves the cache (default ``$XDG_CACHE_HOME/tkreg`` or ``~/.cache/tkreg``).
@@ -63,11 +68,17 @@ CONTESTED = 0.10
 TIE = 0.03  # wall times within 3% of the fastest tie; host and GPU time together break the tie (fastest)
 # Rounds of the GPU-alone timing of tied candidates (see fastest).
 DEVICE_ROUNDS = 3
+# A candidate whose host time per call is at least this share of its wall time is launch-bound:
+# its kernel may take far less than the wall time, which is what a CUDA graph's replay pays. On
+# an H200 (2026-11-29) tuning read matmul 37x640x7680 at 22.2 us through torch.matmul (host 21.7,
+# GPU 7.5) and 22.3 through matmul_triton (host 8.4, GPU 22.1): tied eagerly, 3x apart replayed.
+HOST_BOUND = 0.75
 # Bumped when the file layout or the timing behind its choices changes; older files are ignored.
 # 3: rounds sized after a replayed kernel's recorded call (choices of 2 could favour the peer).
 # 4: the leaders and the peer sit twice (choices of 3 could rest on one held-back sitting).
 # 5: ties broken by host and GPU time together (choices of 4 broke them by host time alone).
-FORMAT = 5
+# 6: a choice for calls captured in CUDA graphs (choices of 5 had none: captures ran the eager one).
+FORMAT = 6
 
 
 def enabled() -> bool:
@@ -139,7 +150,12 @@ class Choice:
     shape: str
     source: str = "tuning"  # tuning (this process timed it), cache (read from disk), prior
     host_us: dict[str, float] = field(default_factory=dict)  # each timed candidate's host time per call
-    device_us: dict[str, float] = field(default_factory=dict)  # the tied candidates' GPU time per call
+    device_us: dict[str, float] = field(default_factory=dict)  # GPU time per call, where timed alone
+    # the candidate with the least GPU time, where it is not the winner: what a call captured in a
+    # CUDA graph runs ("" where that is the winner, or nothing was timed on the GPU alone)
+    graphed: str = ""
+    graphed_kernel: str | None = None
+    graphed_config: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         timed = sorted(((v, k) for k, v in self.times_us.items() if isinstance(v, float)))
@@ -148,7 +164,14 @@ class Choice:
         where = f"measured on {self.device} at {self.measured_at} on shape {self.shape}"
         origin = {"cache": "from the tuning cache", "tuning": "timed in this process", "prior": "prior"}[self.source]
         text = f"{self.winner} fastest for bucket {self.bucket} ({origin}; {where}): {listing}"
+        if self.graphed:
+            text += (f"; a call captured in a CUDA graph runs {self.graphed}, the least GPU time "
+                     f"({self.device_us[self.graphed]:.1f} us against {self._gpu_us(self.winner):.1f})")
         return f"{text}; not timed: {untimed}" if untimed else text
+
+    def _gpu_us(self, label: str) -> float:
+        got = self.device_us.get(label, self.times_us.get(label))
+        return got if isinstance(got, float) else float("nan")
 
     def _detail(self, label: str) -> str:
         parts = [f"{what} {figures[label]:.1f}" for what, figures in (("host", self.host_us), ("GPU", self.device_us))
@@ -266,7 +289,8 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None, round_ms: float = TARGET_ROUND_MS,
             rounds: int = ROUNDS, host: dict[str, float] | None = None,
-            sits_again: Collection[str] = (), device: dict[str, float] | None = None) -> dict[str, float | str]:
+            sits_again: Collection[str] = (), device: dict[str, float] | None = None,
+            graphs: bool = False) -> dict[str, float | str]:
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
     stream, and then also the host's own time to queue them, which goes into ``host`` (us per
@@ -279,7 +303,8 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     benchmark's subject, judged against the fastest: each then keeps its better sitting alike).
     ``device``: where given and the clock can time a call on the GPU alone (``clock.alone``, as
     the default clock can: :meth:`CudaClock.alone`), the GPU time per call (us) of the calls that
-    then tie within TIE, budget permitting."""
+    then tie within TIE, budget permitting; with ``graphs``, of every call where one is
+    launch-bound (host time at least HOST_BOUND of its wall time: :func:`least_gpu`)."""
     clock = clock or _cuda_clock
     device_clock = getattr(clock, "alone", None)
     started = time.monotonic()
@@ -310,9 +335,13 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     times.update(wall)
     if host is not None:
         host.update(queue)
-    tied = _within(wall, TIE)
-    if device is not None and device_clock is not None and len(tied) > 1 and time.monotonic() - started <= budget:
-        device.update(_gpu_times(calls, [(name, plans[name], wall[name]) for name in tied], device_clock))
+    alone = _within(wall, TIE)
+    if len(alone) < 2:
+        alone = []
+    if graphs and any(queue.get(name, 0.0) >= HOST_BOUND * value for name, value in wall.items()):
+        alone = sorted(wall, key=wall.__getitem__)
+    if device is not None and device_clock is not None and alone and time.monotonic() - started <= budget:
+        device.update(_gpu_times(calls, [(name, plans[name], wall[name]) for name in alone], device_clock))
     return times
 
 
@@ -470,6 +499,19 @@ def fastest(times: Mapping[str, float | str], host: Mapping[str, float] | None =
     return min(tied, key=lambda k: timed[k])
 
 
+def least_gpu(times: Mapping[str, float | str], device: Mapping[str, float], winner: str) -> str | None:
+    """What a call captured in a CUDA graph should run: the candidate with the least GPU time, where
+    every timed candidate has a GPU-alone reading (:func:`measure` with ``graphs``); the winner
+    wherever it is within TIE of that (a replay gains nothing by running another). None where
+    the readings do not cover every candidate."""
+    timed = [k for k, v in times.items() if isinstance(v, float)]
+    if not timed or any(k not in device for k in timed):
+        return None
+    gpu = {k: device[k] for k in timed}
+    tied = _within(gpu, TIE)
+    return winner if winner in tied else min(tied, key=lambda k: (gpu[k], times[k]))
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -493,36 +535,42 @@ class Tuner:
         return choice
 
     def choose(self, bucket: str, candidates: Mapping[Candidate, Callable[[], Any]], shape: str, device: str,
-               clock: Any = None, exclusive: bool = True) -> Choice | None:
+               clock: Any = None, exclusive: bool = True, graphs: bool = True) -> Choice | None:
         """The bucket's choice, timing the candidates if nobody has; None if none could be timed.
         ``exclusive``: time under the op's lock, so concurrent first calls of a bucket time it
         once. A training step is timed without it (``exclusive=False``): its backward may run
         on autograd's device thread and call the op again (a formula's products), whose new
         buckets that thread then times; two threads may then both time one bucket, and the later
-        write stands."""
+        write stands. ``graphs``: also choose for calls captured in CUDA graphs (least_gpu)."""
         choice = self.known(bucket)
         if choice is not None:
             return choice
         if not exclusive:
-            return self._timed(bucket, candidates, shape, device, clock)
+            return self._timed(bucket, candidates, shape, device, clock, graphs)
         with self._lock:
             choice = self.known(bucket)
             if choice is not None:
                 return choice
-            return self._timed(bucket, candidates, shape, device, clock)
+            return self._timed(bucket, candidates, shape, device, clock, graphs)
 
     def _timed(self, bucket: str, candidates: Mapping[Candidate, Callable[[], Any]], shape: str, device: str,
-               clock: Any) -> Choice | None:
+               clock: Any, graphs: bool) -> Choice | None:
         by_label = {c.label: c for c in candidates}
         host: dict[str, float] = {}
         gpu: dict[str, float] = {}
-        times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host, device=gpu)
+        times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host, device=gpu,
+                        graphs=graphs)
         winner = fastest(times, host, gpu)
         if winner is None:
             return None
         picked = by_label[winner]
+        graphed = least_gpu(times, gpu, winner) if graphs else None
+        alternative = by_label[graphed] if graphed is not None and graphed != winner else None
         choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape,
-                        host_us={k: round(v, 2) for k, v in host.items()}, device_us={k: round(v, 2) for k, v in gpu.items()})
+                        host_us={k: round(v, 2) for k, v in host.items()}, device_us={k: round(v, 2) for k, v in gpu.items()},
+                        graphed=alternative.label if alternative else "",
+                        graphed_kernel=alternative.kernel if alternative else None,
+                        graphed_config=dict(alternative.config) if alternative else {})
         self._memory[bucket] = choice
         if self.cache is not None:
             try:

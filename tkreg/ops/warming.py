@@ -93,7 +93,7 @@ def preload(dispatchers: Mapping[str, Any], device: int) -> None:
         for dispatcher in pending.values():
             dispatcher.preloaded.add(device)
     budget = preload_budget_s()
-    if not pending or not budget > 0 or not _may_launch_own_work():  # NaN too
+    if not pending or not budget > 0 or not may_launch_own_work():  # NaN too
         return
     import torch
 
@@ -125,7 +125,7 @@ def preload_budget_s() -> float:
         return DEFAULT_PRELOAD_S
 
 
-def _may_launch_own_work() -> bool:
+def may_launch_own_work() -> bool:
     """Not while the caller's work is being captured, traced or intercepted."""
     import torch
 

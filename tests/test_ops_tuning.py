@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.ops_support import ToyPlugin, assert_sum_close, registry_with, toy_kernel, toy_mul_torch
+from tkreg.ops import capturing as tkreg_capturing
 from tkreg.ops import choosing, dispatch, tuning, warming
 from tkreg.ops.tuning import PEER
 
@@ -841,18 +842,37 @@ def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_
         tkreg.ops.uninstall()
 
 
+class Capture:
+    """A CUDA graph capture, simulated: set ``on`` to begin or end one, as torch.cuda.CUDAGraph's
+    capture_begin and capture_end (which tkreg wraps) tell tkreg.ops."""
+
+    def __init__(self) -> None:
+        self._on = False
+
+    @property
+    def on(self) -> bool:
+        return self._on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        if value != self._on:
+            (tkreg_capturing.began if value else tkreg_capturing.ended)()
+        self._on = value
+
+
 @pytest.fixture
-def capturing(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether the current stream is being captured in a CUDA graph (simulated; set it), and the
-    plans' own calls ahead of a capture allowed, as on a GPU outside one."""
-    state = [False]
-    monkeypatch.setattr(dispatch, "_capturing", lambda: lambda: state[0])
-    monkeypatch.setattr(warming, "may_launch_own_work", lambda: not state[0])
-    return state
+def capture(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Capture]:
+    """A simulated capture; the plans' own calls ahead of one allowed, as on a GPU outside one;
+    torch.cuda.CUDAGraph left unwrapped."""
+    state = Capture()
+    monkeypatch.setattr(tkreg_capturing, "_hooked", True)
+    monkeypatch.setattr(warming, "may_launch_own_work", lambda: not state.on)
+    yield state
+    state.on = False
 
 
 def test_a_call_captured_in_a_cuda_graph_runs_the_candidate_with_the_least_gpu_time(
-    capturing: list[bool], monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+    capture: Capture, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
     """The peer launch-bound (host 19.5 us, its kernel 4), toy_fast the faster eagerly (host 4,
     its kernel 9.5): eager calls run toy_fast, captured ones the peer."""
@@ -864,16 +884,16 @@ def test_a_call_captured_in_a_cuda_graph_runs_the_candidate_with_the_least_gpu_t
     assert text.startswith("tkreg.ops.toy_mul calls toy_fast")
     assert "a call captured in a CUDA graph runs peer, the least GPU time (4.0 us against 9.5)" in text
     RAN.clear()
-    capturing[0] = True
+    capture.on = True
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert RAN == []  # the peer ran
-    capturing[0] = False
+    capture.on = False
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert RAN == ["toy_fast"]
 
 
 def test_a_kernel_that_captured_calls_run_is_called_ahead_of_the_capture_and_in_later_processes(
-    capturing: list[bool], monkeypatch: pytest.MonkeyPatch, two_kernels: Any
+    capture: Capture, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
     """The peer the faster eagerly, toy_fast's kernel the shorter: the signature's first call runs
     toy_fast ahead into outputs of its own (a capture must not be its launcher's first call), and a
@@ -890,11 +910,11 @@ def test_a_kernel_that_captured_calls_run_is_called_ahead_of_the_capture_and_in_
     two_kernels.toy_mul(torch.randn(60, 60, device=DEVICE), torch.randn(60, 60, device=DEVICE))  # same bucket, new signature
     assert RAN == ["toy_fast"] * dispatch.WARM_CALLS  # ahead of any capture, nothing else of it
     assert torch.equal(x, before[0]) and torch.equal(y, before[1])
-    capturing[0] = True
+    capture.on = True
     RAN.clear()
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert RAN == ["toy_fast"]
-    capturing[0] = False
+    capture.on = False
     import tkreg.ops
 
     tkreg.ops.uninstall()  # writes the remembered signatures, as a process's exit does
@@ -903,14 +923,14 @@ def test_a_kernel_that_captured_calls_run_is_called_ahead_of_the_capture_and_in_
     fresh = ops_with(toy_kernel("toy_fast", toy_fast, priority=0), toy_kernel("toy_slow", toy_slow, priority=5))
     torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
     assert TIMED == []
-    capturing[0] = True
+    capture.on = True
     RAN.clear()
     torch.testing.assert_close(fresh.toy_mul(x, y), x * y)
     assert RAN == ["toy_fast"]
 
 
 def test_captured_calls_of_a_norm_never_run_a_peer_that_leaves_its_rstd_unwritten(
-    capturing: list[bool], monkeypatch: pytest.MonkeyPatch
+    capture: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backward kernel reads the rstd the forward kernel wrote: where the peer computes y only,
     captured calls keep the kernel, however short the peer's GPU time."""
@@ -933,12 +953,50 @@ def test_captured_calls_of_a_norm_never_run_a_peer_that_leaves_its_rstd_unwritte
         tkreg.ops.toy_rms_norm(x, w)
         assert "captured calls run rms_torch all the same" in tkreg.ops.explain("toy_rms_norm", x, w)
         CALLS.clear()
-        capturing[0] = True
+        capture.on = True
         _, rstd = torch.ops.tkreg.toy_rms_norm(x, w)
         assert len(calls("rms_torch")) == 1 and not calls("rms_peer")
         torch.testing.assert_close(rstd.double(), rms_reference(x.double(), w.double())[1], atol=1e-6, rtol=1e-6)
     finally:
         tkreg.ops.uninstall()
+
+
+class PlanLike:
+    """What tkreg.ops.capturing switches: a plan's run and returned, and its graphed plan's."""
+
+    def __init__(self, graphed: Any = None) -> None:
+        self.graphed, self.run, self.returned = graphed, None, None
+
+
+def test_tkreg_learns_of_captures_from_torch_cuda_graphs_own_begin_and_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", lambda self, *a, **k: events.append("begin"))
+
+    def failing_end(self: Any) -> None:
+        events.append("end")
+        raise RuntimeError("the capture was invalidated")
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", failing_end)
+    monkeypatch.setattr(tkreg_capturing, "_hooked", False)
+    graphed = PlanLike()
+    graphed.run = graphed.returned = lambda *inputs: "graphed"
+    plan = PlanLike(graphed)
+    tkreg_capturing.track(plan, lambda *inputs: "eager run", lambda *inputs: "eager")
+    assert (plan.run(), plan.returned()) == ("eager run", "eager")
+    torch.cuda.CUDAGraph.capture_begin(None)  # as torch.cuda.graph's __enter__ calls it
+    assert events == ["begin"] and tkreg_capturing.capturing()
+    assert (plan.run(), plan.returned()) == ("graphed", "graphed")
+    graphed.returned = lambda *inputs: "graphed, replayed"  # its first calls replace its own: read at each call
+    assert plan.returned() == "graphed, replayed"
+    with pytest.raises(RuntimeError, match="invalidated"):
+        torch.cuda.CUDAGraph.capture_end(None)
+    assert not tkreg_capturing.capturing() and plan.returned() == "eager"  # a failed capture ends too
+    key = id(plan)
+    del plan
+    gc.collect()
+    assert key not in tkreg_capturing._plans
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="captures a CUDA graph")
@@ -968,16 +1026,20 @@ def test_on_a_gpu_a_captured_call_replays_the_kernel_its_bucket_chose_for_graphs
         with torch.cuda.stream(side):
             tkreg.ops.sum_row(x)
         torch.cuda.current_stream().wait_stream(side)
+        plan = dispatcher.planned((x,), dispatcher.params.defaults)
+        assert plan.graphed is not None and plan.graphed.launchers[0][0] == "sum_row" and not plan.launchers
+        graphed_calls: list[int] = []
+        replay = plan.graphed.returned
+        plan.graphed.returned = lambda *inputs: graphed_calls.append(1) or replay(*inputs)
         graph = torch.cuda.CUDAGraph()
-        graph.enable_debug_mode()
         with torch.cuda.graph(graph):
             out = tkreg.ops.sum_row(x)
+        assert graphed_calls == [1]
         x.copy_(torch.randn_like(x))
         graph.replay()
         torch.cuda.synchronize()
         assert_sum_close(out, x)
-        dump = tmp_path / "graph.dot"
-        graph.debug_dump(str(dump))
-        assert "sum_row_kernel" in dump.read_text()
+        tkreg.ops.sum_row(x)  # eager again: the peer
+        assert graphed_calls == [1]
     finally:
         tkreg.ops.uninstall()

@@ -37,8 +37,8 @@ __all__ = [
 ]
 # Op names that stay reachable through get() only: they would hide this module's own names.
 _RESERVED = {
-    *__all__, "choosing", "deferred", "dispatch", "forms", "gradients", "keys", "library", "model_shapes", "native", "remembered",
-    "tuning", "walltime", "warming",
+    *__all__, "capturing", "choosing", "deferred", "dispatch", "forms", "gradients", "keys", "library", "model_shapes", "native",
+    "remembered", "tuning", "walltime", "warming",
 }
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}

@@ -36,7 +36,7 @@ from ..core import refs
 from ..core.errors import InputError
 from ..core.registry import Ranking, Registry
 from ..core.specs import Kernel, Op
-from . import gradients, keys, remembered, warming
+from . import capturing, gradients, keys, remembered, warming
 from .binding import bound_call
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
@@ -814,7 +814,8 @@ class Dispatcher:
 
     def _set_run(self, plan: Plan, run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
         """Give ``plan`` its run (every output) and what tkreg.ops.<op> calls (the returned ones);
-        where calls captured in a CUDA graph run another candidate, each asks first."""
+        where calls captured in a CUDA graph run another candidate, those while one is captured
+        (:mod:`.capturing`)."""
         if returned is None:
             pick = self.pick
             if pick is None:
@@ -825,10 +826,10 @@ class Dispatcher:
                 def returned(*inputs: Any) -> Any:
                     return pick(eager(*inputs))
 
-        graphed = plan.graphed
-        if graphed is not None:
-            run, returned = _unless_captured(run, graphed, returned)
-        plan.run, plan.returned = run, returned
+        if plan.graphed is not None:  # calls captured in a CUDA graph run another candidate
+            capturing.track(plan, run, returned)
+        else:
+            plan.run, plan.returned = run, returned
 
     def warn_peer(self, reason: str, what: str = "calls", stacklevel: int = 4) -> None:
         if self.op.peer is None or reason in self._warned:
@@ -1070,28 +1071,6 @@ class Dispatcher:
             return text
         way = "the peer's own call" if training.winner == PEER else f"{plan.launchers[0][0]} and its backward"
         return f"{text}. A call that wants a gradient makes {way}: {training.describe()}"
-
-
-def _unless_captured(run: Callable[..., Any], graphed: Plan,
-                     returned: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``run`` and ``returned``, each making ``graphed``'s call instead while the current stream is
-    being captured in a CUDA graph: a replay pays the GPU time alone. Both read ``graphed``'s at
-    each call, as its first calls replace them (.replaying)."""
-    capturing = _capturing()
-
-    def run_or_graphed(*inputs: Any) -> Any:
-        return graphed.run(*inputs) if capturing() else run(*inputs)  # type: ignore[misc]
-
-    def returned_or_graphed(*inputs: Any) -> Any:
-        return graphed.returned(*inputs) if capturing() else returned(*inputs)  # type: ignore[misc]
-
-    return run_or_graphed, returned_or_graphed
-
-
-def _capturing() -> Callable[[], bool]:
-    import torch
-
-    return torch.cuda.is_current_stream_capturing
 
 
 def _picker(count: int, returned: tuple[int, ...]) -> Callable[[Any], Any] | None:

@@ -1,0 +1,114 @@
+"""Calls captured in CUDA graphs run their bucket's choice for graphs, at no cost to eager calls.
+
+A replay of a CUDA graph pays the GPU time of what was captured, not the host's: where a bucket's
+eager choice is launch-bound, another candidate may take far less GPU time (``Choice.graphed``),
+and a plan then keeps that candidate's plan beside its own (``Plan.graphed``). Asking at every call
+whether the stream is being captured cost about a microsecond (an H200, 2026-11-29: launch-bound
+calls of divergent plans read 0.87-0.93 of the same call without the check), so the plans are
+switched instead: while any ``torch.cuda.CUDAGraph`` captures (``torch.cuda.graph``,
+``make_graphed_callables`` and torch.compile's CUDA graphs all begin and end their captures there)
+every such plan's calls go to its graphed plan, and back when the last capture ends.
+
+The switch is process-wide: an eager call made on another thread during a capture runs the graphed
+choice too (the same values, at the other candidate's eager speed). A capture begun some other way
+(``cudaStreamBeginCapture`` from another library) runs the eager choices.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+_lock = threading.RLock()
+_depth = 0  # captures in progress
+_hooked = False
+# plans with a graphed plan, by id: (the plan, its eager run, its eager returned)
+_plans: dict[int, tuple[weakref.ref[Any], Callable[..., Any], Callable[..., Any]]] = {}
+
+
+def track(plan: Any, run: Callable[..., Any], returned: Callable[..., Any]) -> None:
+    """Give ``plan`` (which has a ``graphed`` plan) its eager ``run`` and ``returned``, and the graphed
+    plan's calls instead while a capture is in progress."""
+    _hook()
+    with _lock:
+        key = id(plan)
+        _plans[key] = (weakref.ref(plan, lambda _, key=key: _plans.pop(key, None)), run, returned)
+        if _depth:
+            _to_graphed(plan)
+        else:
+            plan.run, plan.returned = run, returned
+
+
+def capturing() -> bool:
+    """Whether a CUDA graph capture is in progress in this process (as far as the switch knows)."""
+    return _depth > 0
+
+
+def began() -> None:
+    """A capture began: every tracked plan calls its graphed plan."""
+    global _depth
+    with _lock:
+        _depth += 1
+        if _depth == 1:
+            for ref, _, _ in list(_plans.values()):
+                plan = ref()
+                if plan is not None:
+                    _to_graphed(plan)
+
+
+def ended() -> None:
+    """A capture ended: where none is left, every tracked plan calls its own again."""
+    global _depth
+    with _lock:
+        _depth = max(0, _depth - 1)
+        if _depth == 0:
+            for ref, run, returned in list(_plans.values()):
+                plan = ref()
+                if plan is not None:
+                    plan.run, plan.returned = run, returned
+
+
+def _to_graphed(plan: Any) -> None:
+    graphed = plan.graphed
+
+    # read at each call: the graphed plan's first calls replace its own (.replaying)
+    def run(*inputs: Any) -> Any:
+        return graphed.run(*inputs)
+
+    def returned(*inputs: Any) -> Any:
+        return graphed.returned(*inputs)
+
+    plan.run, plan.returned = run, returned
+
+
+def _hook() -> None:
+    """Wrap ``torch.cuda.CUDAGraph``'s capture_begin and capture_end (once, at the first plan that
+    needs it, so a process without one leaves torch as it is)."""
+    global _hooked
+    if _hooked:
+        return
+    import torch
+
+    with _lock:
+        if _hooked:
+            return
+        graph = torch.cuda.CUDAGraph
+        begin, end = graph.capture_begin, graph.capture_end
+
+        def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+            got = begin(self, *args, **kwargs)
+            began()
+            return got
+
+        def capture_end(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return end(self, *args, **kwargs)
+            finally:
+                ended()
+
+        capture_begin.__wrapped__ = begin  # type: ignore[attr-defined]
+        capture_end.__wrapped__ = end  # type: ignore[attr-defined]
+        graph.capture_begin, graph.capture_end = capture_begin, capture_end  # type: ignore[method-assign]
+        _hooked = True

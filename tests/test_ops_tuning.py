@@ -51,8 +51,8 @@ def fake_clock(call: Any, n: int) -> float:
 
 
 class ReplayClock:
-    """Simulated (wall, host, GPU) ms per call of each candidate, by label; times calls on the GPU
-    alone too, as tkreg's CUDA clock does."""
+    """Simulated (wall, host, replayed) ms per call of each candidate, by label; captures calls in
+    CUDA graphs too, as tkreg's CUDA clock does."""
 
     def __init__(self, table: dict[str, tuple[float, float, float]]) -> None:
         self.table = table
@@ -62,8 +62,10 @@ class ReplayClock:
         TIMED.append(label)
         return self.table[label][0] * n, self.table[label][1] * n
 
-    def alone(self, call: Any, n: int, hold_ms: float) -> float:
-        return self.table[_label(call)][2] * n
+    def capture(self, call: Any, n: int) -> Any:
+        call()  # as the CUDA clock's call ahead of a capture
+        per_call = self.table[_label(call)][2]
+        return lambda: per_call * n
 
 
 CURRENT = [0]  # the simulated current CUDA device
@@ -882,7 +884,7 @@ def test_a_call_captured_in_a_cuda_graph_runs_the_candidate_with_the_least_gpu_t
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     text = two_kernels.explain("toy_mul", x, y)
     assert text.startswith("tkreg.ops.toy_mul calls toy_fast")
-    assert "a call captured in a CUDA graph runs peer, the least GPU time (4.0 us against 9.5)" in text
+    assert "a call captured in a CUDA graph runs peer, the fastest replayed (4.0 us a call against 9.5)" in text
     RAN.clear()
     capture.on = True
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
@@ -929,36 +931,87 @@ def test_a_kernel_that_captured_calls_run_is_called_ahead_of_the_capture_and_in_
     assert RAN == ["toy_fast"]
 
 
-def test_captured_calls_of_a_norm_never_run_a_peer_that_leaves_its_rstd_unwritten(
-    capture: Capture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A backward kernel reads the rstd the forward kernel wrote: where the peer computes y only,
-    captured calls keep the kernel, however short the peer's GPU time."""
+def _rms_clock(peer: tuple[float, float, float], kernel: tuple[float, float, float]) -> Any:
+    """(wall, host, replayed) ms per call of the peer (a partial, as candidates call it) and of the kernel."""
     import functools
 
+    class ByKind:
+        def __call__(self, call: Any, n: int) -> tuple[float, float]:
+            wall, host, _ = peer if isinstance(call, functools.partial) else kernel
+            return wall * n, host * n
+
+        def capture(self, call: Any, n: int) -> Any:
+            replayed = (peer if isinstance(call, functools.partial) else kernel)[2]
+            return lambda: replayed * n
+
+    return ByKind()
+
+
+def test_captured_calls_of_a_norm_run_a_peer_that_leaves_its_rstd_unwritten_only_where_no_one_reads_it(
+    capture: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel the faster eagerly, the peer (which computes y only) the faster replayed: a
+    captured call of tkreg.ops (y) runs the peer; one for every output (torch.ops.tkreg), or one
+    that wants a gradient (whose backward reads rstd), runs the kernel."""
     import tkreg.ops
     from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
 
-    class ByKind:  # the peer (a partial, as candidates call it) launch-bound with a short kernel
-        def __call__(self, call: Any, n: int) -> tuple[float, float]:
-            return (0.020 * n, 0.0195 * n) if isinstance(call, functools.partial) else (0.010 * n, 0.004 * n)
-
-        def alone(self, call: Any, n: int, hold_ms: float) -> float:
-            return (0.004 if isinstance(call, functools.partial) else 0.0095) * n
-
-    monkeypatch.setattr(tuning, "_cuda_clock", ByKind())
+    monkeypatch.setattr(tuning, "_cuda_clock", _rms_clock(peer=(0.020, 0.0195, 0.004), kernel=(0.010, 0.004, 0.0095)))
     x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
         tkreg.ops.toy_rms_norm(x, w)
-        assert "captured calls run rms_torch all the same" in tkreg.ops.explain("toy_rms_norm", x, w)
+        assert "a captured call for every output (one that wants a gradient, torch.ops.tkreg) runs rms_torch" in (
+            tkreg.ops.explain("toy_rms_norm", x, w))
         CALLS.clear()
         capture.on = True
+        torch.testing.assert_close(tkreg.ops.toy_rms_norm(x, w), rms_reference(x, w)[0])
+        assert len(calls("rms_peer")) == 1 and not calls("rms_torch")
         _, rstd = torch.ops.tkreg.toy_rms_norm(x, w)
-        assert len(calls("rms_torch")) == 1 and not calls("rms_peer")
+        assert len(calls("rms_torch")) == 1
         torch.testing.assert_close(rstd.double(), rms_reference(x.double(), w.double())[1], atol=1e-6, rtol=1e-6)
+        _gradients_as_torchs(tkreg.ops.toy_rms_norm, x, w)  # the way training was timed the faster, whole
     finally:
         tkreg.ops.uninstall()
+
+
+def test_a_captured_call_that_wants_a_gradient_makes_the_peers_own_call_where_that_is_the_eager_choice(
+    capture: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The peer the faster eagerly, the kernel the faster replayed: a captured call that wants a
+    gradient still makes the peer's own call (a kernel's would record no backward)."""
+    import tkreg.ops
+    from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls
+
+    monkeypatch.setattr(tuning, "_cuda_clock", _rms_clock(peer=(0.008, 0.0078, 0.005), kernel=(0.010, 0.003, 0.002)))
+    x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
+        tkreg.ops.toy_rms_norm(x, w)
+        assert tkreg.ops.explain("toy_rms_norm", x, w).startswith("tkreg.ops.toy_rms_norm calls its peer")
+        CALLS.clear()
+        capture.on = True
+        tkreg.ops.toy_rms_norm(x, w)
+        assert len(calls("rms_torch")) == 1  # no gradient wanted: the kernel
+        _gradients_as_torchs(tkreg.ops.toy_rms_norm, x, w)
+        assert len(calls("rms_torch")) == 1 and not calls("rms_backward_torch")  # torch's own backward
+    finally:
+        tkreg.ops.uninstall()
+
+
+def _gradients_as_torchs(rms_norm: Any, x: Any, w: Any) -> None:
+    """rms_norm's gradients of x and w, against float64 autograd through the reference."""
+    from tests.ops_support import rms_reference
+
+    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    y = rms_norm(xs, ws)
+    assert y.grad_fn is not None
+    upstream = torch.randn_like(y)
+    y.backward(upstream)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    rms_reference(x64, w64)[0].backward(upstream.double())
+    torch.testing.assert_close(xs.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ws.grad.double(), w64.grad, atol=1e-4, rtol=1e-4)
 
 
 class PlanLike:
@@ -966,6 +1019,7 @@ class PlanLike:
 
     def __init__(self, graphed: Any = None) -> None:
         self.graphed, self.run, self.returned = graphed, None, None
+        self.graphed_returned_only = False
 
 
 def test_tkreg_learns_of_captures_from_torch_cuda_graphs_own_begin_and_end(monkeypatch: pytest.MonkeyPatch) -> None:

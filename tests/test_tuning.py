@@ -356,54 +356,68 @@ def test_only_tied_candidates_are_timed_on_the_gpu_and_a_failed_reading_is_left_
 
 
 class HostClock(SleepClock):
-    """A SleepClock that also gives the host's queueing time (ms per call by identity)."""
+    """A SleepClock that also gives the host's queueing time and captures calls in a simulated CUDA
+    graph: (wall, host, GPU alone, replayed) ms per call by identity; replayed None: the capture
+    fails."""
 
-    def __init__(self, table: dict[object, tuple[float, float, float]]) -> None:
+    def __init__(self, table: dict[object, tuple[float, float, float, float | None]]) -> None:
         super().__init__({c: t[0] for c, t in table.items()}, {c: t[2] for c, t in table.items()})
         self.host_ms = {c: t[1] for c, t in table.items()}
+        self.replay_ms = {c: t[3] for c, t in table.items()}
+        self.captured: list[object] = []
 
     def __call__(self, call: object, n: int) -> tuple[float, float]:  # type: ignore[override]
         return super().__call__(call, n), self.host_ms[call] * n
 
+    def capture(self, call: object, n: int) -> Any:
+        self.captured.append(call)
+        per_call = self.replay_ms[call]
+        if per_call is None:
+            raise RuntimeError("operation not permitted when stream is capturing\nmore")
+        return lambda: per_call * n
 
-def _launch_bound_peer() -> tuple[dict[str, Any], HostClock]:
+
+def _launch_bound_peer(slow_replays: bool = True) -> tuple[dict[str, Any], HostClock]:
     """The peer launch-bound (its host time is its wall time, its kernel short), a kernel faster
-    eagerly (its host quick, its kernel long), and a slower one: (wall, host, GPU) ms per call."""
+    eagerly (its host quick, its kernel long), and a slower one that cannot be captured (or can):
+    (wall, host, GPU alone, replayed) ms per call."""
     def peer() -> None: ...
     def kernel() -> None: ...
     def slow() -> None: ...
 
-    clock = HostClock({peer: (0.020, 0.0195, 0.004), kernel: (0.010, 0.004, 0.0095), slow: (0.030, 0.005, 0.0295)})
+    clock = HostClock({peer: (0.020, 0.0195, 0.004, 0.003), kernel: (0.010, 0.004, 0.0095, 0.0085),
+                       slow: (0.030, 0.005, 0.0295, 0.029 if slow_replays else None)})  # fmt: skip
     return {PEER: peer, "kernel": kernel, "slow": slow}, clock
 
 
-def test_where_a_candidate_is_launch_bound_every_candidate_is_timed_on_the_gpu_alone_for_captured_calls() -> None:
-    calls, clock = _launch_bound_peer()
+def test_where_a_candidate_is_launch_bound_every_candidate_is_replayed_from_a_cuda_graph() -> None:
+    calls, clock = _launch_bound_peer(slow_replays=False)
     host: dict[str, float] = {}
-    gpu: dict[str, float] = {}
-    times = tuning.measure(calls, 10, clock, host=host, device=gpu, graphs=True)
-    assert gpu == {PEER: pytest.approx(4.0), "kernel": pytest.approx(9.5), "slow": pytest.approx(29.5)}
-    winner = tuning.fastest(times, host, gpu)
-    assert winner == "kernel"  # eagerly the kernel leads by half; replayed, the peer's kernel takes 0.4 of its time
-    assert tuning.least_gpu(times, gpu, winner) == PEER
-    # without ``graphs`` only ties are timed alone (none here)
-    clock.alone_calls.clear()
-    assert tuning.measure(calls, 10, clock, device={}) and clock.alone_calls == []
-    # where every candidate keeps the GPU busy, its wall time is its GPU's: nothing is timed alone
-    calls, _ = _launch_bound_peer()
-    busy = HostClock({calls[PEER]: (0.020, 0.005, 0.0195), calls["kernel"]: (0.010, 0.004, 0.0098),
-                      calls["slow"]: (0.030, 0.005, 0.0295)})  # fmt: skip
-    gpu.clear()
-    tuning.measure(calls, 10, busy, device=gpu, graphs=True)
-    assert busy.alone_calls == [] and gpu == {}
+    replayed: dict[str, float | str] = {}
+    times = tuning.measure(calls, 10, clock, host=host, device={}, replayed=replayed)
+    assert set(clock.captured) == set(calls.values()) and clock.alone_calls == []  # no tie: nothing timed alone
+    assert replayed == {PEER: pytest.approx(3.0), "kernel": pytest.approx(8.5),
+                        "slow": "not captured: RuntimeError: operation not permitted when stream is capturing"}  # fmt: skip
+    winner = tuning.fastest(times, host)
+    assert winner == "kernel"  # eagerly the kernel leads by half; replayed, the peer takes a third of its time
+    assert tuning.fastest_replayed(replayed, winner) == PEER
+    # without ``replayed`` nothing is captured
+    clock.captured.clear()
+    tuning.measure(calls, 10, clock, device={})
+    assert clock.captured == []
+    # where every candidate keeps the GPU busy, its wall time is what a replay takes: nothing is captured
+    busy = HostClock({calls[PEER]: (0.020, 0.005, 0.0195, 0.0195), calls["kernel"]: (0.010, 0.004, 0.0098, 0.0097),
+                      calls["slow"]: (0.030, 0.005, 0.0295, 0.029)})  # fmt: skip
+    replayed.clear()
+    tuning.measure(calls, 10, busy, replayed=replayed)
+    assert busy.captured == [] and replayed == {}
 
 
-def test_captured_calls_keep_the_winner_unless_another_takes_less_gpu_time_beyond_the_tie() -> None:
-    times = {"k": 10.0, PEER: 20.0}
-    assert tuning.least_gpu(times, {"k": 9.5, PEER: 4.0}, "k") == PEER
-    assert tuning.least_gpu(times, {"k": 4.1, PEER: 4.0}, "k") == "k"  # within TIE: no reason to run another
-    assert tuning.least_gpu(times, {PEER: 4.0}, "k") is None  # a reading missing: no choice for captures
-    assert tuning.least_gpu({"k": 10.0, PEER: "failed: boom"}, {"k": 9.5}, "k") == "k"
+def test_captured_calls_keep_the_winner_unless_another_replays_faster_beyond_the_tie() -> None:
+    assert tuning.fastest_replayed({"k": 9.5, PEER: 4.0}, "k") == PEER
+    assert tuning.fastest_replayed({"k": 4.1, PEER: 4.0}, "k") == "k"  # within TIE: no reason to run another
+    assert tuning.fastest_replayed({"k": "not captured: boom", PEER: 4.0}, "k") == PEER  # the winner cannot be captured
+    assert tuning.fastest_replayed({}, "k") is None
 
 
 def test_a_choice_names_what_captured_calls_run_and_keeps_it_in_the_cache(tmp_path: Path) -> None:
@@ -414,13 +428,14 @@ def test_a_choice_names_what_captured_calls_run_and_keeps_it_in_the_cache(tmp_pa
     made = Tuner("op", cache).choose("b", candidates, "1x1", "GPU", clock=clock)
     assert made is not None and made.winner == "kernel[BLOCK=64]" and made.config == {"BLOCK": 64}
     assert (made.graphed, made.graphed_kernel, made.graphed_config) == (PEER, None, {})
-    assert "a call captured in a CUDA graph runs peer, the least GPU time (4.0 us against 9.5)" in made.describe()
+    assert "a call captured in a CUDA graph runs peer, the fastest replayed (3.0 us a call against 8.5)" in made.describe()
     read = Tuner("op", TuningCache(tmp_path, {"device": "GPU"})).known("b")
     assert read is not None and (read.graphed, read.graphed_kernel, read.source) == (PEER, None, "cache")
-    # a training step's choice has none (its replay is not what a capture of the forward runs)
-    clock.alone_calls.clear()
+    assert read.replayed_us == {PEER: 3.0, "kernel[BLOCK=64]": 8.5, "slow": 29.0}
+    # a training step's choice has none (what a capture of a forward runs is the forward's choice)
+    clock.captured.clear()
     trained = Tuner("op", None).choose("t", candidates, "1x1", "GPU", clock=clock, exclusive=False, graphs=False)
-    assert trained is not None and trained.graphed == "" and clock.alone_calls == []
+    assert trained is not None and trained.graphed == "" and clock.captured == []
 
 
 def test_a_choice_says_each_candidates_gpu_time_and_older_entries_read_without_it() -> None:
@@ -493,28 +508,52 @@ def test_a_gpu_alone_reading_counts_only_where_the_sleep_outlasted_the_queueing(
     assert clock.alone(lambda: None, 10, 0.2) is None
 
 
+class SmallAdds:
+    """Small adds on the GPU (launch-bound: each runs in a fraction of its launch), timed back to
+    back by a new CudaClock; ``waits`` also synchronizes."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch, self.x = torch, torch.randn(1 << 16, device="cuda")
+        self.clock = tuning.CudaClock()
+        for _ in range(10):
+            self.add()
+        self.wall_ms, self.queued_ms = self.clock(self.add, 200)
+
+    def add(self) -> None:
+        self.torch.add(self.x, 1.0)
+
+    def waits(self) -> None:
+        self.add()
+        self.torch.cuda.synchronize()
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="times calls on a CUDA GPU")
 def test_the_cuda_clock_times_calls_on_the_gpu_alone_and_refuses_calls_that_wait_for_the_host() -> None:
-    import torch
-
-    x = torch.randn(1 << 16, device="cuda")
-    clock = tuning.CudaClock()
-
-    def add() -> None:
-        torch.add(x, 1.0)
-
-    for _ in range(10):
-        add()
-    wall_ms, queued_ms = clock(add, 200)
+    adds = SmallAdds()
     # a new clock's first hold (it runs the sleep kernel once first), too short at first: it
-    # holds longer and reads the calls' GPU time, below the host's time to queue them (a small
-    # add runs in a fraction of its launch)
-    alone_ms = clock.alone(add, 200, 0.2)
-    assert alone_ms is not None and 0 < alone_ms <= wall_ms * 1.05
-    assert alone_ms < queued_ms
+    # holds longer and reads the calls' GPU time, below the host's time to queue them
+    alone_ms = adds.clock.alone(adds.add, 200, 0.2)
+    assert alone_ms is not None and 0 < alone_ms <= adds.wall_ms * 1.05
+    assert alone_ms < adds.queued_ms
+    assert adds.clock.alone(adds.waits, 20, 0.05) is None
 
-    def waits() -> None:
-        torch.add(x, 1.0)
-        torch.cuda.synchronize()
 
-    assert clock.alone(waits, 20, 0.05) is None
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="captures calls in CUDA graphs")
+def test_the_cuda_clock_times_replays_of_captured_calls_and_refuses_calls_that_cannot_be_captured() -> None:
+    from tkreg.ops import capturing
+
+    adds = SmallAdds()
+    replay = adds.clock.capture(adds.add, 200)
+    replayed_ms = [replay() for _ in range(3)]
+    # a replay launches nothing from Python: below the host's time to queue the calls eagerly
+    assert all(0 < ms < adds.queued_ms and ms <= adds.wall_ms * 1.05 for ms in replayed_ms)
+    assert not capturing.capturing()  # the tuner's own captures switch no plan
+    with pytest.raises(RuntimeError):  # torch's own error: a synchronize is not permitted in a capture
+        adds.clock.capture(adds.waits, 5)
+    assert not capturing.capturing()
+    after = adds.clock.capture(adds.add, 20)  # the clock captures again, and the GPU runs eager work
+    assert after() > 0
+    x = adds.x
+    adds.torch.testing.assert_close((x + 1.0).cpu(), x.cpu() + 1.0)

@@ -16,12 +16,14 @@ choice too (the same values, at the other candidate's eager speed). A capture be
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _lock = threading.RLock()
+_own = threading.local()  # .quiet: this thread's captures are tkreg's own (tuning), not a model's
 _depth = 0  # captures in progress
 _hooked = False
 # plans with a graphed plan, by id: (the plan, its eager run, its eager returned)
@@ -39,6 +41,15 @@ def track(plan: Any, run: Callable[..., Any], returned: Callable[..., Any]) -> N
             _to_graphed(plan)
         else:
             plan.run, plan.returned = run, returned
+
+
+def eager(plan: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``plan``'s own run and returned, whether or not a capture is in progress (a call that wants
+    a gradient needs the peer's own call, which records torch's backward)."""
+    tracked = _plans.get(id(plan))
+    if tracked is not None and tracked[0]() is plan:
+        return tracked[1], tracked[2]
+    return plan.run, plan.returned
 
 
 def capturing() -> bool:
@@ -70,7 +81,21 @@ def ended() -> None:
                     plan.run, plan.returned = run, returned
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Captures this thread begins inside are tkreg's own (the tuner times candidates' replays):
+    they switch no plan."""
+    before = getattr(_own, "quiet", False)
+    _own.quiet = True
+    try:
+        yield
+    finally:
+        _own.quiet = before
+
+
 def _to_graphed(plan: Any) -> None:
+    """``plan``'s calls go to its graphed plan's; every output's too, unless the graphed plan leaves
+    some unwritten (a peer without the kernels' own outputs: ``Plan.graphed_returned_only``)."""
     graphed = plan.graphed
 
     # read at each call: the graphed plan's first calls replace its own (.replaying)
@@ -80,7 +105,9 @@ def _to_graphed(plan: Any) -> None:
     def returned(*inputs: Any) -> Any:
         return graphed.returned(*inputs)
 
-    plan.run, plan.returned = run, returned
+    if not plan.graphed_returned_only:
+        plan.run = run
+    plan.returned = returned
 
 
 def _hook() -> None:
@@ -99,14 +126,16 @@ def _hook() -> None:
 
         def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
             got = begin(self, *args, **kwargs)
-            began()
+            if not getattr(_own, "quiet", False):
+                began()
             return got
 
         def capture_end(self: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 return end(self, *args, **kwargs)
             finally:
-                ended()
+                if not getattr(_own, "quiet", False):
+                    ended()
 
         capture_begin.__wrapped__ = begin  # type: ignore[attr-defined]
         capture_end.__wrapped__ = end  # type: ignore[attr-defined]

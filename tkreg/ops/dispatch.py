@@ -141,6 +141,10 @@ class Plan:
     # what calls captured in a CUDA graph run instead, where the bucket's choice names another
     # candidate for them (the least GPU time: Choice.graphed); its run is made with this plan's
     graphed: Plan | None = None
+    # the graphed plan gives only the outputs callers get (a peer without the kernels' own outputs,
+    # which a backward reads): captured calls for every output (an autograd.Function's forward,
+    # torch.ops.tkreg) run this plan's own
+    graphed_returned_only: bool = False
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -233,10 +237,11 @@ class Dispatcher:
             return got
         if not plan.autograd_peer:
             return NOT_TAKEN
-        got = plan.returned(*inputs)  # type: ignore[misc]
+        # the peer's own call (a capture's switch to another candidate would record no backward)
+        got = capturing.eager(plan)[1](*inputs)
         if not plan.autograd_peer:
             return NOT_TAKEN  # the first call found the peer wants out=
-        plan.gradient_call = plan.returned  # as the first call left it
+        plan.gradient_call = capturing.eager(plan)[1]  # as the first call left it
         return got
 
     def _peer_for_gradients(
@@ -503,12 +508,13 @@ class Dispatcher:
             label, launch = decision.graphed
             if launch is not None:
                 plan.graphed = Plan(view, outputs, params, [(label, launch)], decision.why, refused, source=decision.source)
-            elif not self.kernels_own_outputs:
-                plan.graphed = Plan(view, outputs, params, peer_reason=f"the least GPU time: {decision.why}",
+            else:
+                plan.graphed = Plan(view, outputs, params, peer_reason=f"the fastest replayed: {decision.why}",
                                     source=decision.source)
-            else:  # the peer would leave an output a backward reads (an rstd) unwritten
-                plan.why += (f"; captured calls run {plan.launchers[0][0]} all the same: the peer leaves "
-                             f"outputs of the kernels' own unwritten")
+                plan.graphed_returned_only = self.kernels_own_outputs
+            if plan.graphed_returned_only:
+                plan.why += (f"; a captured call for every output (one that wants a gradient, torch.ops.tkreg) runs "
+                             f"{plan.launchers[0][0]}: the peer leaves outputs of the kernels' own unwritten")
         log.info("%s", plan.describe(self.op.name))
         return plan
 

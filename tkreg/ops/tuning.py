@@ -20,10 +20,11 @@ Candidates that tie on that time are then timed on the GPU alone (calls queued b
 kernel, so no launch waits for the host), and the tie goes to the least host and GPU time
 together: where every candidate is launch-bound, wall time cannot tell their kernels apart.
 
-A call captured in a CUDA graph costs its GPU time alone: a replay launches no Python. Where a
-candidate is launch-bound (its host time near its wall time, so its kernel's time is hidden),
-every candidate is also timed on the GPU alone, and the one with the least GPU time is the
-bucket's choice for captured calls (``Choice.graphed``) where it is not the eager choice.
+A call captured in a CUDA graph costs what its replay costs the GPU: a replay launches no Python.
+Where a candidate is launch-bound (its host time near its wall time, so its kernel's time is
+hidden), every candidate is also captured in a CUDA graph and its replays timed, and the fastest
+replayed is the bucket's choice for captured calls (``Choice.graphed``) where it is not the eager
+choice by more than the tie. A candidate that cannot be captured is never that choice.
 
 Environment: ``TKREG_TUNE=0`` never times (the cache, else the prior: the registry's ranking);
 ``TKREG_TUNE_BUDGET_S`` bounds the seconds one bucket may spend (default 10: compiles dominate);
@@ -73,6 +74,8 @@ DEVICE_ROUNDS = 3
 # an H200 (2026-11-29) tuning read matmul 37x640x7680 at 22.2 us through torch.matmul (host 21.7,
 # GPU 7.5) and 22.3 through matmul_triton (host 8.4, GPU 22.1): tied eagerly, 3x apart replayed.
 HOST_BOUND = 0.75
+# Replays of each candidate's graph timed for the choice of captured calls (the median counts).
+REPLAYS = 3
 # Bumped when the file layout or the timing behind its choices changes; older files are ignored.
 # 3: rounds sized after a replayed kernel's recorded call (choices of 2 could favour the peer).
 # 4: the leaders and the peer sit twice (choices of 3 could rest on one held-back sitting).
@@ -151,8 +154,10 @@ class Choice:
     source: str = "tuning"  # tuning (this process timed it), cache (read from disk), prior
     host_us: dict[str, float] = field(default_factory=dict)  # each timed candidate's host time per call
     device_us: dict[str, float] = field(default_factory=dict)  # GPU time per call, where timed alone
-    # the candidate with the least GPU time, where it is not the winner: what a call captured in a
-    # CUDA graph runs ("" where that is the winner, or nothing was timed on the GPU alone)
+    # time per call replayed from a CUDA graph, where timed (a string: why it could not be captured)
+    replayed_us: dict[str, float | str] = field(default_factory=dict)
+    # the fastest replayed, where it is not the winner: what a call captured in a CUDA graph runs
+    # ("" where that is the winner, or nothing was replayed)
     graphed: str = ""
     graphed_kernel: str | None = None
     graphed_config: dict[str, Any] = field(default_factory=dict)
@@ -165,13 +170,11 @@ class Choice:
         origin = {"cache": "from the tuning cache", "tuning": "timed in this process", "prior": "prior"}[self.source]
         text = f"{self.winner} fastest for bucket {self.bucket} ({origin}; {where}): {listing}"
         if self.graphed:
-            text += (f"; a call captured in a CUDA graph runs {self.graphed}, the least GPU time "
-                     f"({self.device_us[self.graphed]:.1f} us against {self._gpu_us(self.winner):.1f})")
+            winner = self.replayed_us.get(self.winner)
+            against = f"{winner:.1f}" if isinstance(winner, float) else f"{self.winner} {winner}"
+            text += (f"; a call captured in a CUDA graph runs {self.graphed}, the fastest replayed "
+                     f"({self.replayed_us[self.graphed]:.1f} us a call against {against})")
         return f"{text}; not timed: {untimed}" if untimed else text
-
-    def _gpu_us(self, label: str) -> float:
-        got = self.device_us.get(label, self.times_us.get(label))
-        return got if isinstance(got, float) else float("nan")
 
     def _detail(self, label: str) -> str:
         parts = [f"{what} {figures[label]:.1f}" for what, figures in (("host", self.host_us), ("GPU", self.device_us))
@@ -290,7 +293,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None, round_ms: float = TARGET_ROUND_MS,
             rounds: int = ROUNDS, host: dict[str, float] | None = None,
             sits_again: Collection[str] = (), device: dict[str, float] | None = None,
-            graphs: bool = False) -> dict[str, float | str]:
+            replayed: dict[str, float | str] | None = None) -> dict[str, float | str]:
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
     stream, and then also the host's own time to queue them, which goes into ``host`` (us per
@@ -303,8 +306,11 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     benchmark's subject, judged against the fastest: each then keeps its better sitting alike).
     ``device``: where given and the clock can time a call on the GPU alone (``clock.alone``, as
     the default clock can: :meth:`CudaClock.alone`), the GPU time per call (us) of the calls that
-    then tie within TIE, budget permitting; with ``graphs``, of every call where one is
-    launch-bound (host time at least HOST_BOUND of its wall time: :func:`least_gpu`)."""
+    then tie within TIE, budget permitting. ``replayed``: where given, the clock can capture a
+    call in a CUDA graph (``clock.capture``, as :meth:`CudaClock.capture`) and one call is
+    launch-bound (host time at least HOST_BOUND of its wall time), each call's time per call
+    replayed from a graph (us; a string: why it could not be captured), budget permitting
+    (:func:`fastest_replayed`)."""
     clock = clock or _cuda_clock
     device_clock = getattr(clock, "alone", None)
     started = time.monotonic()
@@ -335,14 +341,36 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     times.update(wall)
     if host is not None:
         host.update(queue)
-    alone = _within(wall, TIE)
-    if len(alone) < 2:
-        alone = []
-    if graphs and any(queue.get(name, 0.0) >= HOST_BOUND * value for name, value in wall.items()):
-        alone = sorted(wall, key=wall.__getitem__)
-    if device is not None and device_clock is not None and alone and time.monotonic() - started <= budget:
-        device.update(_gpu_times(calls, [(name, plans[name], wall[name]) for name in alone], device_clock))
+    tied = _within(wall, TIE)
+    if device is not None and device_clock is not None and len(tied) > 1 and time.monotonic() - started <= budget:
+        device.update(_gpu_times(calls, [(name, plans[name], wall[name]) for name in tied], device_clock))
+    capture = getattr(clock, "capture", None)
+    launch_bound = any(queue.get(name, 0.0) >= HOST_BOUND * value for name, value in wall.items())
+    if replayed is not None and capture is not None and launch_bound and time.monotonic() - started <= budget:
+        replayed.update(replay_times(calls, [(name, plans[name]) for name in sorted(wall, key=wall.__getitem__)], capture))
     return times
+
+
+def replay_times(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]],
+                 capture: Callable[[Callable[[], Any], int], Callable[[], float]],
+                 replays: int = REPLAYS) -> dict[str, float | str]:
+    """Time per call (us) of each of ``order`` ((name, calls per graph)) replayed from a CUDA graph
+    it was captured in (``capture``: :meth:`CudaClock.capture`): the median of ``replays``
+    replays, in an order that reverses from round to round; or why it could not be captured."""
+    got: dict[str, float | str] = {}
+    graphs: list[tuple[str, int, Callable[[], float]]] = []
+    for name, n in order:
+        try:
+            graphs.append((name, n, capture(calls[name], n)))
+        except Exception as e:  # not capturable: never the choice for captured calls
+            got[name] = f"not captured: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    taken: dict[str, list[float]] = {name: [] for name, _, _ in graphs}
+    for _ in range(replays):
+        for name, n, replay in graphs:
+            taken[name].append(replay() / n * 1e3)
+        graphs.reverse()
+    got.update({name: statistics.median(values) for name, values in taken.items()})
+    return got
 
 
 def _gpu_times(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int, float]],
@@ -407,6 +435,7 @@ class CudaClock:
 
     def __init__(self) -> None:
         self._sleep_loaded: set[int] = set()  # the devices whose sleep kernel has run
+        self._streams: dict[int, Any] = {}  # per device, the stream calls are captured on
 
     def __call__(self, call: Callable[[], Any], n: int) -> tuple[float, float]:
         """(ms from the first call's start to the last one's end on the GPU, ms the host took to
@@ -457,6 +486,41 @@ class CudaClock:
         return None
 
 
+    def capture(self, call: Callable[[], Any], n: int, own: bool = True) -> Callable[[], float]:
+        """``n`` calls captured in a CUDA graph (on a stream of the clock's own, after a call there,
+        as torch asks before a capture; an error stops only this thread's work); returns a
+        replay, which gives the ms from its start to its end on the GPU. Raises where the calls
+        cannot be captured. ``own``: the capture is tkreg's own, and switches no plan
+        (:func:`tkreg.ops.capturing.quiet`); else tkreg.ops' calls in it run as in a model's."""
+        import torch
+
+        from .capturing import quiet
+
+        device = torch.cuda.current_device()
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        switches = contextlib.nullcontext() if not own else quiet()
+        with switches, torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            for _ in range(n):
+                call()
+
+        def replay() -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+
+        return replay
+
+
 def _queue(call: Callable[[], Any], n: int, start: Any) -> float:
     """Record ``start``, then make ``n`` calls; returns the ms the host took to queue them."""
     start.record()
@@ -499,17 +563,15 @@ def fastest(times: Mapping[str, float | str], host: Mapping[str, float] | None =
     return min(tied, key=lambda k: timed[k])
 
 
-def least_gpu(times: Mapping[str, float | str], device: Mapping[str, float], winner: str) -> str | None:
-    """What a call captured in a CUDA graph should run: the candidate with the least GPU time, where
-    every timed candidate has a GPU-alone reading (:func:`measure` with ``graphs``); the winner
-    wherever it is within TIE of that (a replay gains nothing by running another). None where
-    the readings do not cover every candidate."""
-    timed = [k for k, v in times.items() if isinstance(v, float)]
-    if not timed or any(k not in device for k in timed):
+def fastest_replayed(replayed: Mapping[str, float | str], winner: str) -> str | None:
+    """What a call captured in a CUDA graph should run: the fastest replayed (:func:`measure` with
+    ``replayed``); the winner wherever it is within TIE of that (a replay gains nothing by running
+    another). None where nothing was replayed."""
+    timed = {k: v for k, v in replayed.items() if isinstance(v, float)}
+    if not timed:
         return None
-    gpu = {k: device[k] for k in timed}
-    tied = _within(gpu, TIE)
-    return winner if winner in tied else min(tied, key=lambda k: (gpu[k], times[k]))
+    tied = _within(timed, TIE)
+    return winner if winner in tied else min(tied, key=timed.__getitem__)
 
 
 def now() -> str:
@@ -541,7 +603,7 @@ class Tuner:
         once. A training step is timed without it (``exclusive=False``): its backward may run
         on autograd's device thread and call the op again (a formula's products), whose new
         buckets that thread then times; two threads may then both time one bucket, and the later
-        write stands. ``graphs``: also choose for calls captured in CUDA graphs (least_gpu)."""
+        write stands. ``graphs``: also choose for calls captured in CUDA graphs (fastest_replayed)."""
         choice = self.known(bucket)
         if choice is not None:
             return choice
@@ -558,16 +620,18 @@ class Tuner:
         by_label = {c.label: c for c in candidates}
         host: dict[str, float] = {}
         gpu: dict[str, float] = {}
+        replayed: dict[str, float | str] = {}
         times = measure({c.label: call for c, call in candidates.items()}, budget_s(), clock, host=host, device=gpu,
-                        graphs=graphs)
+                        replayed=replayed if graphs else None)
         winner = fastest(times, host, gpu)
         if winner is None:
             return None
         picked = by_label[winner]
-        graphed = least_gpu(times, gpu, winner) if graphs else None
+        graphed = fastest_replayed(replayed, winner)
         alternative = by_label[graphed] if graphed is not None and graphed != winner else None
         choice = Choice(bucket, winner, picked.kernel, dict(picked.config), times, device, now(), shape,
                         host_us={k: round(v, 2) for k, v in host.items()}, device_us={k: round(v, 2) for k, v in gpu.items()},
+                        replayed_us={k: round(v, 2) if isinstance(v, float) else v for k, v in replayed.items()},
                         graphed=alternative.label if alternative else "",
                         graphed_kernel=alternative.kernel if alternative else None,
                         graphed_config=dict(alternative.config) if alternative else {})

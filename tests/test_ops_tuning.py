@@ -1072,7 +1072,7 @@ def test_on_a_gpu_a_captured_call_replays_the_kernel_its_bucket_chose_for_graphs
         assert bucket is not None
         dispatcher.chooser.tuner(x.device.index)._memory[bucket] = tuning.Choice(
             bucket, PEER, None, {}, {PEER: 6.0, "sum_row": 7.0}, "GPU", tuning.now(), "37x1000",
-            device_us={PEER: 3.0, "sum_row": 1.5}, graphed="sum_row", graphed_kernel="sum_row")  # fmt: skip
+            replayed_us={PEER: 3.0, "sum_row": 1.5}, graphed="sum_row", graphed_kernel="sum_row")  # fmt: skip
         assert_sum_close(tkreg.ops.sum_row(x), x)
         assert "a call captured in a CUDA graph runs sum_row" in tkreg.ops.explain("sum_row", x)
         side = torch.cuda.Stream()

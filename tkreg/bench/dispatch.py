@@ -192,8 +192,11 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, A
     try:
         inputs = make_inputs(registry, sig, seed=1)
         call = ops.get(op.name)
+        torch.cuda.synchronize()
+        began = time.perf_counter()
         call(*inputs)  # tunes the bucket, as a model's first call does
         torch.cuda.synchronize()
+        row["first_call_ms"] = round((time.perf_counter() - began) * 1e3, 1)  # the bucket's tuning, compiles included
         row["decision"] = ops.explain(op.name, *inputs)
         # every candidate a bound call, no frame of the harness's own around it (the kernels' are calls too)
         calls: dict[str, Callable[[], Any]] = {"tkreg.ops": functools.partial(call, *inputs)}

@@ -171,9 +171,10 @@ class Choice:
         text = f"{self.winner} fastest for bucket {self.bucket} ({origin}; {where}): {listing}"
         if self.graphed:
             winner = self.replayed_us.get(self.winner)
-            against = f"{winner:.1f}" if isinstance(winner, float) else f"{self.winner} {winner}"
-            text += (f"; a call captured in a CUDA graph runs {self.graphed}, the fastest replayed "
-                     f"({self.replayed_us[self.graphed]:.1f} us a call against {against})")
+            against = f"{winner:.1f}" if isinstance(winner, float) else f"{self.winner} {winner or 'not replayed'}"
+            graphed = self.replayed_us.get(self.graphed)
+            ran = f"{graphed:.1f} us a call" if isinstance(graphed, float) else "timing not kept"
+            text += f"; a call captured in a CUDA graph runs {self.graphed}, the fastest replayed ({ran} against {against})"
         return f"{text}; not timed: {untimed}" if untimed else text
 
     def _detail(self, label: str) -> str:

@@ -247,6 +247,15 @@ def test_suite_tables_read_the_suites_rows() -> None:
     dispatch["rows"][0]["preload"] = {"signatures": 2, "left": 1, "seconds": 0.5}
     said = "as a model would (its first call, the process's first through tkreg.ops, loaded 2 remembered kernel signatures"
     assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in dispatch_table(dispatch)
+    assert "Replayed from CUDA graphs" not in dispatch_table(dispatch)  # older records replayed nothing
+    replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
+    dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,
+                         "graph_ratio": min(v for k, v in us.items() if k != "tkreg.ops") / us["tkreg.ops"], "graph_pass": True}
+                        for graphed, chosen, us in replays]  # fmt: skip
+    text = dispatch_table(dispatch)
+    assert "tkreg.ops was within 5% of the fastest replayed on 2 of 2 shapes (geomean 1.000)" in text
+    assert "a captured call ran another candidate than an eager one on 1." in text
+    assert "The eager choice, replayed, would have been within 5% on 1 of 2 (geomean 0.577)." in text  # sqrt(2/6 * 1)
 
 
 def test_an_older_run_shows_each_launchers_pick_without_its_configuration_sweep() -> None:

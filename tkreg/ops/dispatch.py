@@ -139,7 +139,7 @@ class Plan:
     autograd_decided: bool = False  # a kernel's plan: whether gradient_call was decided
     replayer: Replayer | None = None  # a kernel declared replay=True: its launches are recorded (.replaying)
     # what calls captured in a CUDA graph run instead, where the bucket's choice names another
-    # candidate for them (the least GPU time: Choice.graphed); its run is made with this plan's
+    # candidate for them (the fastest replayed: Choice.graphed); its run is made with this plan's
     graphed: Plan | None = None
     # the graphed plan gives only the outputs callers get (a peer without the kernels' own outputs,
     # which a backward reads): captured calls for every output (an autograd.Function's forward,

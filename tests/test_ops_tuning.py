@@ -873,11 +873,11 @@ def capture(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Capture
     state.on = False
 
 
-def test_a_call_captured_in_a_cuda_graph_runs_the_candidate_with_the_least_gpu_time(
+def test_a_call_captured_in_a_cuda_graph_runs_the_fastest_replayed_candidate_and_tune_says_so(
     capture: Capture, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
-    """The peer launch-bound (host 19.5 us, its kernel 4), toy_fast the faster eagerly (host 4,
-    its kernel 9.5): eager calls run toy_fast, captured ones the peer."""
+    """The peer launch-bound (host 19.5 us, replayed 4), toy_fast the faster eagerly (host 4,
+    replayed 9.5): eager calls run toy_fast, captured ones the peer."""
     monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(
         {"toy_fast": (0.010, 0.004, 0.0095), "toy_slow": (0.030, 0.005, 0.0295), "peer": (0.020, 0.0195, 0.004)}))
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
@@ -885,6 +885,12 @@ def test_a_call_captured_in_a_cuda_graph_runs_the_candidate_with_the_least_gpu_t
     text = two_kernels.explain("toy_mul", x, y)
     assert text.startswith("tkreg.ops.toy_mul calls toy_fast")
     assert "a call captured in a CUDA graph runs peer, the fastest replayed (4.0 us a call against 9.5)" in text
+    from tkreg.ops.tune import _tuned
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    dispatcher = two_kernels._installed["dispatchers"]["toy_mul"]
+    said = _tuned("toy_mul", dispatcher, two_kernels.get("toy_mul"), (x, y), {}, "64x64").describe()
+    assert said.endswith("(tuning); captured in a CUDA graph: peer 4.0 us a call replayed, 2.38x the eager winner's replay")
     RAN.clear()
     capture.on = True
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)

@@ -47,6 +47,8 @@ class Tuned:
                 parts.append(f"{runner_up / best:.2f}x the runner-up")
         parts.append(f"({c.source})")
         text = " ".join(parts)
+        if c.graphed:
+            text += "; captured in a CUDA graph: " + _graphed(c)
         if self.training is not None:
             text += "; training: " + _lead(self.training)
         return text
@@ -57,6 +59,15 @@ def _times(choice: Choice) -> tuple[dict[str, float], float | None, float | None
     times = {k: v for k, v in choice.times_us.items() if isinstance(v, float)}
     others = sorted(v for k, v in times.items() if k != choice.winner)
     return times, times.get(choice.winner), others[0] if others else None
+
+
+def _graphed(choice: Choice) -> str:
+    """"peer 3.1 us a call replayed, 1.35x the eager winner's replay"."""
+    graphed, winner = choice.replayed_us.get(choice.graphed), choice.replayed_us.get(choice.winner)
+    if not isinstance(graphed, float):
+        return choice.graphed
+    text = f"{choice.graphed} {graphed:.1f} us a call replayed"
+    return text + (f", {winner / graphed:.2f}x the eager winner's replay" if isinstance(winner, float) else "")
 
 
 def _lead(choice: Choice) -> str:

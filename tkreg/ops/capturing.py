@@ -9,6 +9,11 @@ switched instead: while any ``torch.cuda.CUDAGraph`` captures (``torch.cuda.grap
 ``make_graphed_callables`` and torch.compile's CUDA graphs all begin and end their captures there)
 every such plan's calls go to its graphed plan, and back when the last capture ends.
 
+Just before a capture begins, each such plan not yet ready makes its graphed plan's first calls
+(``warm``: the load of its kernel, the recorded call), so that no capture is a kernel's first call,
+while a process that never captures never loads a kernel it will not run (its first calls, and
+their preload, stay as cheap as before).
+
 The switch is process-wide: an eager call made on another thread during a capture runs the graphed
 choice too (the same values, at the other candidate's eager speed). A capture begun some other way
 (``cudaStreamBeginCapture`` from another library) runs the eager choices.
@@ -26,35 +31,67 @@ _lock = threading.RLock()
 _own = threading.local()  # .quiet: this thread's captures are tkreg's own (tuning), not a model's
 _depth = 0  # captures in progress
 _hooked = False
-# plans with a graphed plan, by id: (the plan, its eager run, its eager returned)
-_plans: dict[int, tuple[weakref.ref[Any], Callable[..., Any], Callable[..., Any]]] = {}
+# Plans with a graphed plan, by id (weakly: a plan's own calls are kept on it, ``Plan.eager_calls``),
+# and those whose graphed plan has not made its first calls yet, with what makes them (given the
+# plan; False: failed).
+_plans: dict[int, weakref.ref[Any]] = {}
+_pending: dict[int, Callable[[Any], bool]] = {}
 
 
-def track(plan: Any, run: Callable[..., Any], returned: Callable[..., Any]) -> None:
+def track(plan: Any, run: Callable[..., Any], returned: Callable[..., Any],
+          warm: Callable[[Any], bool] | None = None) -> None:
     """Give ``plan`` (which has a ``graphed`` plan) its eager ``run`` and ``returned``, and the graphed
-    plan's calls instead while a capture is in progress."""
+    plan's calls instead while a capture is in progress; ``warm(plan)`` makes the graphed plan's
+    first calls before the next capture begins (None: nothing to make, or made already)."""
     _hook()
     with _lock:
         key = id(plan)
-        _plans[key] = (weakref.ref(plan, lambda _, key=key: _plans.pop(key, None)), run, returned)
+
+        def gone(_: Any, key: int = key) -> None:
+            _plans.pop(key, None)
+            _pending.pop(key, None)
+
+        _plans[key] = weakref.ref(plan, gone)
+        if warm is not None:
+            _pending[key] = warm
+        plan.eager_calls = (run, returned)
         if _depth:
             _to_graphed(plan)
         else:
             plan.run, plan.returned = run, returned
 
 
+def forget(plan: Any) -> None:
+    """``plan`` keeps its own calls, captured or not (its graphed plan failed)."""
+    with _lock:
+        _plans.pop(id(plan), None)
+        _pending.pop(id(plan), None)
+        if plan.eager_calls is not None:
+            plan.run, plan.returned = plan.eager_calls
+        plan.graphed, plan.eager_calls = None, None
+
+
 def eager(plan: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``plan``'s own run and returned, whether or not a capture is in progress (a call that wants
     a gradient needs the peer's own call, which records torch's backward)."""
-    tracked = _plans.get(id(plan))
-    if tracked is not None and tracked[0]() is plan:
-        return tracked[1], tracked[2]
-    return plan.run, plan.returned
+    calls = plan.eager_calls
+    return calls if calls is not None else (plan.run, plan.returned)
 
 
 def capturing() -> bool:
     """Whether a CUDA graph capture is in progress in this process (as far as the switch knows)."""
     return _depth > 0
+
+
+def before() -> None:
+    """A capture is about to begin (the stream does not capture yet): every pending graphed plan
+    makes its first calls; one that fails is forgotten."""
+    with _lock:
+        pending = [(_plans[key](), warm) for key, warm in _pending.items() if key in _plans]
+        _pending.clear()
+    for plan, warm in pending:
+        if plan is not None and not warm(plan):
+            forget(plan)
 
 
 def began() -> None:
@@ -63,7 +100,7 @@ def began() -> None:
     with _lock:
         _depth += 1
         if _depth == 1:
-            for ref, _, _ in list(_plans.values()):
+            for ref in list(_plans.values()):
                 plan = ref()
                 if plan is not None:
                     _to_graphed(plan)
@@ -75,10 +112,10 @@ def ended() -> None:
     with _lock:
         _depth = max(0, _depth - 1)
         if _depth == 0:
-            for ref, run, returned in list(_plans.values()):
+            for ref in list(_plans.values()):
                 plan = ref()
-                if plan is not None:
-                    plan.run, plan.returned = run, returned
+                if plan is not None and plan.eager_calls is not None:
+                    plan.run, plan.returned = plan.eager_calls
 
 
 @contextlib.contextmanager
@@ -125,8 +162,11 @@ def _hook() -> None:
         begin, end = graph.capture_begin, graph.capture_end
 
         def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+            own = getattr(_own, "quiet", False)
+            if not own:
+                before()
             got = begin(self, *args, **kwargs)
-            if not getattr(_own, "quiet", False):
+            if not own:
                 began()
             return got
 

@@ -36,7 +36,7 @@ from ..core import refs
 from ..core.errors import InputError
 from ..core.registry import Ranking, Registry
 from ..core.specs import Kernel, Op
-from . import capturing, gradients, keys, remembered, warming
+from . import capturing, choosing, gradients, keys, remembered, warming
 from .binding import bound_call
 from .choosing import Chooser, Decision
 from .deferred import Deferred, loaded
@@ -145,6 +145,8 @@ class Plan:
     # which a backward reads): captured calls for every output (an autograd.Function's forward,
     # torch.ops.tkreg) run this plan's own
     graphed_returned_only: bool = False
+    # its own run and returned, where a capture switches ``run`` and ``returned`` to ``graphed``'s
+    eager_calls: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
     def describe(self, op: str) -> str:
         if self.launchers:
@@ -352,27 +354,34 @@ class Dispatcher:
 
     def prepare(self, plan: Plan, inputs: Sequence[Any]) -> None:
         """Build ``plan.run`` for calls of this signature, and where calls captured in a CUDA graph
-        run another candidate (``plan.graphed``), its run too, called once ahead where this is
-        not a capture (a capture must not be the launcher's first call: that loads its kernel)."""
+        run another candidate (``plan.graphed``), its run too (whose first calls wait for the
+        next capture: :meth:`_warm_graphed`)."""
         graphed = plan.graphed
         if graphed is not None and graphed.run is None:
             self._prepare_run(graphed, inputs)
-            if not self._warmed(graphed, inputs):
-                plan.graphed = None
         self._prepare_run(plan, inputs)
 
-    def _warmed(self, plan: Plan, inputs: Sequence[Any]) -> bool:
-        """Make the calls a launcher's first ones are (the load, the recording) for ``plan``, into
-        outputs of its own, where the caller's work is not being captured or traced; False where
-        one failed (its plan is then left out)."""
-        if not warming.may_launch_own_work():
-            return True
+    def _warm_graphed(self, plan: Plan) -> bool:
+        """Just before a capture begins (.capturing): the first calls of the plan captured calls run
+        (the load of its kernel, the recorded call, a replay), on zero-filled inputs of the
+        signature, into outputs of their own, so that the capture is not the kernel's first call;
+        False where one failed (the plan's captured calls then run its own)."""
+        import torch
+
+        graphed = plan.graphed
+        if graphed is None or plan.key is None or not warming.may_launch_own_work():
+            return True  # nothing to make, or not now (a trace, a mode): the capture makes the first call
+        inputs = warming.inputs_of(plan.key, bool(self.params.names), torch.cuda.device_count())
+        device = self.chooser.device(inputs) if inputs is not None else None
+        if inputs is None or device is None:
+            return True  # no buffer gives the signature: the capture makes the first call
         try:
-            for _ in range(WARM_CALLS):
-                plan.run(*inputs)  # type: ignore[misc]
-        except Exception as e:  # the eager choice still runs; captured calls run it too
-            log.info("tkreg.ops.%s: captured calls run the eager choice (%s failed: %s: %s)", self.op.name,
-                     plan.launchers[0][0] if plan.launchers else "the peer", type(e).__name__, e)
+            with choosing.on_device(device):
+                for _ in range(WARM_CALLS):
+                    graphed.run(*inputs)  # type: ignore[misc]
+        except Exception as e:
+            log.info("tkreg.ops.%s: captured calls run the eager choice (%s failed ahead of a capture: %s: %s)",
+                     self.op.name, graphed.launchers[0][0] if graphed.launchers else "the peer", type(e).__name__, e)
             return False
         return True
 
@@ -833,7 +842,8 @@ class Dispatcher:
                     return pick(eager(*inputs))
 
         if plan.graphed is not None:  # calls captured in a CUDA graph run another candidate
-            capturing.track(plan, run, returned)
+            first = plan.run is None  # the plan is being prepared: its graphed plan's first calls are to make
+            capturing.track(plan, run, returned, self._warm_graphed if first else None)
         else:
             plan.run, plan.returned = run, returned
 

@@ -486,7 +486,6 @@ class CudaClock:
             hold_ms = 2.0 * queued_ms + 0.1
         return None
 
-
     def capture(self, call: Callable[[], Any], n: int, own: bool = True) -> Callable[[], float]:
         """``n`` calls captured in a CUDA graph (on a stream of the clock's own, after a call there,
         as torch asks before a capture; an error stops only this thread's work); returns a
@@ -506,7 +505,7 @@ class CudaClock:
             call()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        switches = contextlib.nullcontext() if not own else quiet()
+        switches = quiet() if own else contextlib.nullcontext()
         with switches, torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             for _ in range(n):
                 call()

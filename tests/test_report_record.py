@@ -256,6 +256,12 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "tkreg.ops was within 5% of the fastest replayed on 2 of 2 shapes (geomean 1.000)" in text
     assert "a captured call ran another candidate than an eager one on 1." in text
     assert "The eager choice, replayed, would have been within 5% on 1 of 2 (geomean 0.577)." in text  # sqrt(2/6 * 1)
+    dispatch["rows"] = [{"check": "graph", "op": "add", "same_bits": True, "runs": "add_triton"},
+                        {"check": "graph", "op": "matmul", "same_bits": False, "runs": "peer"}]  # fmt: skip
+    said = "a tuned call captured and replayed gave the bits of an eager call of what it ran for add (add_triton) (1 of 2 ops)."
+    assert said in dispatch_table(dispatch)
+    del dispatch["rows"][1]["runs"]  # an older record
+    assert "gave the eager call's bits for add (1 of 2 ops)." in dispatch_table(dispatch)
 
 
 def test_an_older_run_shows_each_launchers_pick_without_its_configuration_sweep() -> None:

@@ -399,8 +399,12 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         parts += ["", _cold_text(cold)]
     graphs = [r for r in rows if r.get("check") == "graph"]
     if graphs:
-        same = [r["op"] for r in graphs if r.get("same_bits")]
-        parts += ["", f"CUDA graphs: a tuned call captured and replayed gave the eager call's bits for "
+        if all("runs" in r for r in graphs):  # what each captured call ran (older records do not say)
+            same = [f"{r['op']} ({r['runs']})" for r in graphs if r.get("same_bits")]
+            said = "the bits of an eager call of what it ran"
+        else:
+            same, said = [r["op"] for r in graphs if r.get("same_bits")], "the eager call's bits"
+        parts += ["", f"CUDA graphs: a tuned call captured and replayed gave {said} for "
                   f"{', '.join(same) or 'none'} ({len(same)} of {len(graphs)} ops)."]  # fmt: skip
     work = []
     for r in rows:

@@ -217,7 +217,7 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, A
         best = min(others, key=lambda k: others[k])
         row.update(best=best, ratio=round(others[best] / ours, 4), tkreg_us=round(ours, 2))
         row["pass"] = row["ratio"] >= PICK_WITHIN
-        chosen = _chosen(op.name, inputs)
+        chosen, captured = _chosen(op.name, inputs)
         row["chosen"] = chosen
         if chosen in others:
             # the choice itself, timed as a caller of it pays (without tkreg.ops' dispatch)
@@ -225,14 +225,13 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, A
             row["choice_pass"] = row["choice_ratio"] >= PICK_WITHIN
         say(f"  pick {sig.label}: tkreg.ops {ours:.1f} us ({chosen} {others.get(chosen, float('nan')):.1f}), "
             f"best {best} {others[best]:.1f} us ({row['ratio']:.3f}; choice {row.get('choice_ratio')})")
-        row.update(_replayed_against_best(calls, timed, op.name, inputs))
+        row.update(_replayed_against_best(calls, timed, captured))
     return row
 
 
-def _replayed_against_best(calls: dict[str, Callable[[], Any]], eager_us: dict[str, float], op: str,
-                           inputs: tuple[Any, ...]) -> dict[str, Any]:
+def _replayed_against_best(calls: dict[str, Callable[[], Any]], eager_us: dict[str, float], captured: str) -> dict[str, Any]:
     """The pick again, every call replayed from a CUDA graph (:mod:`.graphed`): what a captured
-    model pays, its GPU time alone."""
+    model pays, its GPU time alone; ``captured``: the candidate tkreg.ops runs there."""
     try:
         got = graphed_us(calls, eager_us)
     except Exception as e:  # the row keeps its eager figures
@@ -243,22 +242,25 @@ def _replayed_against_best(calls: dict[str, Callable[[], Any]], eager_us: dict[s
     ours = timed.pop("tkreg.ops", None)
     if ours and timed:
         best = min(timed, key=lambda k: timed[k])
-        row.update(graph_best=best, graph_ratio=round(timed[best] / ours, 4), graph_chosen=_chosen(op, inputs, captured=True))
+        row.update(graph_best=best, graph_ratio=round(timed[best] / ours, 4), graph_chosen=captured)
         row["graph_pass"] = row["graph_ratio"] >= PICK_WITHIN
         say(f"    replayed: tkreg.ops {ours:.2f} us ({row['graph_chosen']}), best {best} {timed[best]:.2f} us "
             f"({row['graph_ratio']:.3f})")
     return row
 
 
-def _chosen(op: str, inputs: tuple[Any, ...], captured: bool = False) -> str:
-    """The candidate tkreg.ops runs for these inputs (``captured``: in a CUDA graph's capture), as
-    the dispatch suite labels candidates."""
+def _chosen(op: str, inputs: tuple[Any, ...]) -> tuple[str, str]:
+    """The candidate tkreg.ops runs for these inputs, and the one it runs in a CUDA graph's
+    capture, as the dispatch suite labels candidates."""
     from .. import ops
 
     dispatcher = ops._installed["dispatchers"][op]
     plan = dispatcher.plan(inputs, dispatcher.params.values({}), tune=False)
-    if captured and plan.graphed is not None:
-        plan = plan.graphed
+    return _label(plan), _label(plan.graphed if plan.graphed is not None else plan)
+
+
+def _label(plan: Any) -> str:
+    """The candidate a plan runs, as the dispatch suite labels candidates."""
     return plan.launchers[0][0] if plan.launchers else "peer"
 
 
@@ -356,7 +358,7 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
         before, planned_before = counted["n"], len(plans)
         first, warm = _first_and_warm(call)
         row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
-                   source=_source(op_name, inputs), runs=_chosen(op_name, inputs),
+                   source=_source(op_name, inputs), runs=_chosen(op_name, inputs)[0],
                    planned=len(plans) > planned_before)  # fmt: skip
         if peer is not None:
             after_peer, after_tkreg = _after_each_other(call, peer)
@@ -437,7 +439,7 @@ def graph_replays(registry: Registry, signatures: Sequence[Signature]) -> list[d
         # has one (another kernel sums in another order), else the eager plan
         dispatcher = ops._installed["dispatchers"][sig.op]
         plan = dispatcher.planned(inputs, dispatcher.params.defaults)
-        runs = _chosen(sig.op, inputs, captured=True)
+        runs = _label(plan.graphed if plan.graphed is not None else plan)
         eager = (plan.graphed.returned if plan.graphed is not None else call)(*inputs)
         holder: dict[str, Any] = {}
         stream = torch.cuda.Stream()

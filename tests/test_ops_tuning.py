@@ -903,6 +903,11 @@ def test_a_call_captured_in_a_cuda_graph_runs_the_fastest_replayed_candidate_and
     assert RAN == ["toy_fast"]
 
 
+# (wall, host, replayed) ms per call: the peer the faster eagerly, toy_fast's replay the shorter
+PEER_EAGERLY_TOY_FAST_REPLAYED = {"toy_fast": (0.010, 0.003, 0.002), "toy_slow": (0.030, 0.005, 0.0295),
+                                  "peer": (0.008, 0.0078, 0.005)}
+
+
 def test_a_kernel_that_captured_calls_run_makes_its_first_calls_just_before_a_capture_and_in_later_processes(
     capture: Capture, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
@@ -910,8 +915,7 @@ def test_a_kernel_that_captured_calls_run_makes_its_first_calls_just_before_a_ca
     (a process that never captures never loads it); just before a capture begins, it makes its
     first calls on zero-filled inputs of the signature (a capture must not be its launcher's first
     call), once; a later process over the cache captures toy_fast too, timing nothing."""
-    table = {"toy_fast": (0.010, 0.003, 0.002), "toy_slow": (0.030, 0.005, 0.0295), "peer": (0.008, 0.0078, 0.005)}
-    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(table))
+    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(PEER_EAGERLY_TOY_FAST_REPLAYED))
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert two_kernels.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer")
@@ -945,8 +949,7 @@ def test_a_kernel_that_captured_calls_run_makes_its_first_calls_just_before_a_ca
 def test_a_kernel_that_fails_its_first_calls_ahead_of_a_capture_leaves_captured_calls_to_the_eager_choice(
     capture: Capture, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
-    table = {"toy_fast": (0.010, 0.003, 0.002), "toy_slow": (0.030, 0.005, 0.0295), "peer": (0.008, 0.0078, 0.005)}
-    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(table))
+    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(PEER_EAGERLY_TOY_FAST_REPLAYED))
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     two_kernels.toy_mul(x, y)
     plan = two_kernels._installed["dispatchers"]["toy_mul"].planned((x, y), ())

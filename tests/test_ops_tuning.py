@@ -1123,6 +1123,15 @@ def test_on_a_gpu_a_captured_call_replays_the_kernel_its_bucket_chose_for_graphs
         torch.cuda.current_stream().wait_stream(side)
         plan = dispatcher.planned((x,), dispatcher.params.defaults)
         assert plan.graphed is not None and plan.graphed.launchers[0][0] == "sum_row" and not plan.launchers
+        assert id(plan) in tkreg_capturing._pending  # the kernel's first calls wait for a capture
+        first = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(first):
+            first_out = tkreg.ops.sum_row(x)
+        assert id(plan) not in tkreg_capturing._pending and plan.graphed is not None  # made, and they worked
+        first.replay()
+        torch.cuda.synchronize()
+        assert_sum_close(first_out, x)
+        # the first calls replaced the graphed plan's calls with their recorded replay: spy on that one
         graphed_calls: list[int] = []
         replay = plan.graphed.returned
         plan.graphed.returned = lambda *inputs: graphed_calls.append(1) or replay(*inputs)

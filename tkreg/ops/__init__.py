@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .dispatch import TRACEABLE, PeerFallbackWarning
+from .dispatch import PeerFallbackWarning
 from .gradients import NoGradientError
+from .tracing import TRACEABLE
 
 __all__ = [
     "NoGradientError",

@@ -46,8 +46,9 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from ..core.generated import generated
 from ..core.specs import Op
 from . import keys, native
-from .dispatch import NOT_TAKEN, Dispatcher
+from .dispatch import Dispatcher
 from .gradients import NoGradientError
+from .training import NOT_TAKEN
 
 log = logging.getLogger("tkreg.ops")
 

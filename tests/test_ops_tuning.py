@@ -715,9 +715,16 @@ def test_the_first_call_on_a_gpu_preloads_the_remembered_kernel_signatures_so_th
     launched: list[Any] = []
     replay = warming.replay
     monkeypatch.setattr(warming, "replay", lambda *a, **k: launched.append(a[1]) or replay(*a, **k))
+    dispatcher = fresh._installed["dispatchers"]["toy_mul"]
+    entry, entered = dispatcher.entry, []
+    assert entry is fresh.toy_mul
+    dispatcher.entry = lambda *a, **k: entered.append(a) or entry(*a, **k)
     other = torch.randn(3, 9, device=DEVICE)
     torch.testing.assert_close(fresh.toy_mul(other, other), other * other)  # a new signature: planned and timed
     assert launched == [keys.tensors_key([wide, y]), keys.tensors_key([x, y])]  # the kernels' two, newest first
+    # each made through tkreg.ops.toy_mul itself, as a caller's calls are
+    calls = warming.REPLAYED_CALLS
+    assert [keys.tensors_key(list(a)) for a in entered] == [launched[0]] * calls + [launched[1]] * calls
     assert warming.preloads[0]["signatures"] == 2
     assert len(planned) == 3 and TIMED  # the two replayed from the cache's choice, and this call's own
     _first_calls_find_their_plans(fresh, ran, planned)

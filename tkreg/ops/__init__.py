@@ -65,7 +65,7 @@ def install(registry: Any = None) -> list[str]:
         dispatcher = dispatchers[op.name] = Dispatcher(registry, op)
         dispatcher.siblings = dispatchers
         slot, overload = torch_operator(dispatcher)
-        ops[op.name] = entry_point(dispatcher, overload, slot.differentiable if slot is not None else None)
+        ops[op.name] = dispatcher.entry = entry_point(dispatcher, overload, slot.differentiable if slot is not None else None)
         if slot is not None:
             slot.entry = ops[op.name]
     _installed.update(registry=registry, ops=ops, dispatchers=dispatchers)

@@ -85,6 +85,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         # the dispatchers installed with this one (tkreg.ops.install): the first call on a device
         # reads what every op remembers there, so that each other op's first call finds it read
         self.siblings: dict[str, Dispatcher] = {}
+        self.entry: Callable[..., Any] | None = None  # tkreg.ops.<op> itself (tkreg.ops.install): what warming calls
         self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
         self._bound_peers: dict[tuple[Any, ...], Callable[..., Any]] = {}  # parameter values -> the peer bound to them
         self._replayable = frozenset(k.name for k in registry.kernels(op.name) if k.replayable)

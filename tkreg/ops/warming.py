@@ -7,12 +7,16 @@ requests unless something pays it before. Every signature earlier processes ran 
 choice is remembered beside the tuning cache (:mod:`.remembered`), most recently planned last.
 
 - :func:`warm` replays every one on this process's GPUs: inputs of its exact dtypes, shapes,
-  strides and alignment, filled with zeros (valid for any index input), through the op's dispatch,
-  which plans it, loads its kernel and launches it into a fresh output, :data:`REPLAYED_CALLS`
-  times (the launcher's call, the recorded one, then replays). Later calls of those signatures then
-  neither plan nor load; the first of each still runs slower than a warm call while the host's
-  caches are cold for it (1.6-1.9x, median, in the dispatch suite on H100 and H200, 2026-11-27
-  and 2026-11-28).
+  strides and alignment, filled with zeros (valid for any index input), through ``tkreg.ops.<op>``
+  itself, which plans it, loads its kernel and launches it into a fresh output,
+  :data:`REPLAYED_CALLS` times (the launcher's call, the recorded one, then replays). Later calls
+  of those signatures then neither plan nor load; the first of each still runs slower than a warm
+  call while the host's caches are cold for it (1.6-1.9x, median, in the dispatch suite on H100
+  and H200, 2026-11-27 and 2026-11-28). Calls through the dispatcher's own call instead left the
+  caller's path (the C++ call's lookup, the plan's returned outputs) unrun: a probe's first calls
+  of 11 cached shapes (the process's first, which preloads, among them) read over 2x a warm call
+  on 7-9 of them that way, on 5-6 through ``tkreg.ops.<op>`` (H200, 2026-11-29, three processes
+  each, in turn).
 - :func:`preload` does the same, on its own, at the first call on a GPU of a process that did not
   call :func:`warm` on it: for the signatures a kernel runs on that GPU only (a peer's first call
   costs torch what it costs torch code), most recently planned first, for at most
@@ -155,8 +159,11 @@ def _only_on(key: tuple[Any, ...], has_params: bool, device: int) -> bool:
 
 
 def replay(dispatcher: Any, key: tuple[Any, ...], devices: int, max_bytes: int | None = None) -> bool:
-    """Make ``key``'s first REPLAYED_CALLS calls on zero-filled inputs; False where its inputs
-    cannot be made here (or would take more than ``max_bytes``) or a call failed (logged)."""
+    """Make ``key``'s first REPLAYED_CALLS calls on zero-filled inputs, through ``tkreg.ops.<op>``
+    itself where the dispatcher has it, so that every part a caller's call runs has run (the
+    plan's returned outputs, the C++ call's lookup), not the dispatcher's own call alone; False
+    where its inputs cannot be made here (or would take more than ``max_bytes``) or a call failed
+    (logged)."""
     has_params = bool(dispatcher.params.names)
     name = dispatcher.op.name
     try:
@@ -164,8 +171,9 @@ def replay(dispatcher: Any, key: tuple[Any, ...], devices: int, max_bytes: int |
         if inputs is None:
             return False
         params = dict(zip(dispatcher.params.names, key[-1])) if has_params else {}
+        call = dispatcher.entry or dispatcher
         for _ in range(REPLAYED_CALLS):
-            dispatcher(*inputs, **params)
+            call(*inputs, **params)
     except Exception as e:  # one signature's failure leaves the others warm
         log.warning("tkreg.ops: %s failed on a remembered signature, replayed ahead (%s: %s)", name, type(e).__name__, e)
         return False

@@ -731,6 +731,40 @@ def test_the_first_call_on_a_gpu_preloads_the_remembered_kernel_signatures_so_th
     assert len(launched) == 2  # once per process and device
 
 
+def test_warm_gives_a_remembered_signature_its_parameter_values_and_its_first_call_plans_nothing(
+    one_gpu: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel-run signature with a parameter value other than the default (eps) is replayed with
+    that value, by keyword through tkreg.ops.<op>, so its first call in a later process finds it."""
+    import functools
+
+    import tkreg.ops
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin, rms_reference
+    from tkreg.ops import remembered
+
+    # the kernel is measured ten times faster than the peer (a partial of it, as candidates call it)
+    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.01 if isinstance(call, functools.partial) else 0.001) * n)
+    x, w = torch.randn(4, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+    try:
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
+        tkreg.ops.toy_rms_norm(x, w, eps=0.25)  # timed: the kernel
+        remembered.flush()
+        tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))  # a later process
+        dispatcher = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
+        entry, entered = dispatcher.entry, []
+        dispatcher.entry = lambda *a, **k: entered.append(k) or entry(*a, **k)
+        assert tkreg.ops.warm() == {"toy_rms_norm": 1}
+        assert entered == [{"eps": 0.25}] * warming.REPLAYED_CALLS
+        planned: list[Any] = []
+        plan = dispatch.Dispatcher.plan
+        monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
+        rows = torch.randn(4, 16, device=DEVICE)
+        torch.testing.assert_close(tkreg.ops.toy_rms_norm(rows, w, eps=0.25), rms_reference(rows, w, eps=0.25)[0])
+        assert planned == []
+    finally:
+        tkreg.ops.uninstall()
+
+
 def test_a_first_call_whose_own_signature_the_preload_made_runs_that_plan(
     one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:

@@ -739,7 +739,7 @@ def test_warm_gives_a_remembered_signature_its_parameter_values_and_its_first_ca
     import functools
 
     import tkreg.ops
-    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin, rms_reference
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin, rms_reference, same_alignment_as
     from tkreg.ops import remembered
 
     # the kernel is measured ten times faster than the peer (a partial of it, as candidates call it)
@@ -758,7 +758,7 @@ def test_warm_gives_a_remembered_signature_its_parameter_values_and_its_first_ca
         planned: list[Any] = []
         plan = dispatch.Dispatcher.plan
         monkeypatch.setattr(dispatch.Dispatcher, "plan", lambda self, *a, **k: planned.append(a) or plan(self, *a, **k))
-        rows = torch.randn(4, 16, device=DEVICE)
+        rows = same_alignment_as(x, 5)  # fresh values, the same signature (alignment class included)
         torch.testing.assert_close(tkreg.ops.toy_rms_norm(rows, w, eps=0.25), rms_reference(rows, w, eps=0.25)[0])
         assert planned == []
     finally:

@@ -7,6 +7,7 @@ capture, or where there is nothing to choose."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -913,6 +914,7 @@ def capture(gpu_like: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Capture
     state = Capture()
     monkeypatch.setattr(tkreg_capturing, "_hooked", True)
     monkeypatch.setattr(warming, "may_launch_own_work", lambda: not state.on)
+    monkeypatch.setattr(tkreg_capturing, "_capturing_stream", lambda: state.on)  # the caller's stream is captured
     yield state
     state.on = False
 
@@ -939,9 +941,13 @@ def test_a_call_captured_in_a_cuda_graph_runs_the_fastest_replayed_candidate_and
     capture.on = True
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert RAN == []  # the peer ran
+    with monkeypatch.context() as elsewhere:  # another thread's stream, not captured, meanwhile
+        elsewhere.setattr(tkreg_capturing, "_capturing_stream", lambda: False)
+        torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
+        assert RAN == ["toy_fast"]
     capture.on = False
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
-    assert RAN == ["toy_fast"]
+    assert RAN == ["toy_fast", "toy_fast"]
 
 
 # (wall, host, replayed) ms per call: the peer the faster eagerly, toy_fast's replay the shorter
@@ -1112,6 +1118,8 @@ def test_tkreg_learns_of_captures_from_torch_cuda_graphs_own_begin_and_end(monke
 
     monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", failing_end)
     monkeypatch.setattr(tkreg_capturing, "_hooked", False)
+    stream_captured = [True]  # whether the caller's stream is the one captured
+    monkeypatch.setattr(tkreg_capturing, "_capturing_stream", lambda: stream_captured[0])
     graphed = PlanLike()
     graphed.run = graphed.returned = lambda *inputs: "graphed"
     plan = PlanLike(graphed)
@@ -1123,6 +1131,9 @@ def test_tkreg_learns_of_captures_from_torch_cuda_graphs_own_begin_and_end(monke
     # the graphed plan's first calls, then the capture, then the switch
     assert events == [("warm", True), ("begin", False)] and tkreg_capturing.capturing()
     assert (plan.run(), plan.returned()) == ("graphed", "graphed")
+    stream_captured[0] = False  # another thread's eager call meanwhile keeps the plan's own
+    assert (plan.run(), plan.returned()) == ("eager run", "eager")
+    stream_captured[0] = True
     graphed.returned = lambda *inputs: "graphed, replayed"  # its first calls replace its own: read at each call
     assert plan.returned() == "graphed, replayed"
     with pytest.raises(RuntimeError, match="invalidated"):
@@ -1177,9 +1188,21 @@ def test_on_a_gpu_a_captured_call_replays_the_kernel_its_bucket_chose_for_graphs
         replay = plan.graphed.returned
         plan.graphed.returned = lambda *inputs: graphed_calls.append(1) or replay(*inputs)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        elsewhere: list[torch.Tensor] = []
+
+        def eager_call_on_another_thread() -> None:
+            with torch.cuda.stream(torch.cuda.Stream()):
+                elsewhere.append(tkreg.ops.sum_row(x))
+                torch.cuda.current_stream().synchronize()
+
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = tkreg.ops.sum_row(x)
-        assert graphed_calls == [1]
+            other = threading.Thread(target=eager_call_on_another_thread)  # while the capture is in progress
+            other.start()
+            other.join()
+        assert graphed_calls == [1]  # the other thread's call ran the eager choice
+        assert len(elsewhere) == 1
+        assert_sum_close(elsewhere[0], x)
         x.copy_(torch.randn_like(x))
         graph.replay()
         torch.cuda.synchronize()

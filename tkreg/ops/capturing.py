@@ -14,9 +14,9 @@ Just before a capture begins, each such plan not yet ready makes its graphed pla
 while a process that never captures never loads a kernel it will not run (its first calls, and
 their preload, stay as cheap as before).
 
-The switch is process-wide: an eager call made on another thread during a capture runs the graphed
-choice too (the same values, at the other candidate's eager speed). A capture begun some other way
-(``cudaStreamBeginCapture`` from another library) runs the eager choices.
+While a capture is in progress, a switched plan asks whether its caller's stream is the one captured,
+so an eager call made meanwhile on another thread or stream keeps its own choice. A capture begun
+some other way (``cudaStreamBeginCapture`` from another library) runs the eager choices.
 """
 
 from __future__ import annotations
@@ -130,17 +130,28 @@ def quiet() -> Iterator[None]:
         _own.quiet = before
 
 
-def _to_graphed(plan: Any) -> None:
-    """``plan``'s calls go to its graphed plan's; every output's too, unless the graphed plan leaves
-    some unwritten (a peer without the kernels' own outputs: ``Plan.graphed_returned_only``)."""
-    graphed = plan.graphed
+def _capturing_stream() -> bool:
+    """Whether the current stream is being captured (about a microsecond: asked only by switched
+    plans, so only while a capture is in progress somewhere in the process)."""
+    import torch
 
-    # read at each call: the graphed plan's first calls replace its own (.replaying)
+    return torch.cuda.is_current_stream_capturing()
+
+
+def _to_graphed(plan: Any) -> None:
+    """``plan``'s calls made on a capturing stream go to its graphed plan's; every output's too,
+    unless the graphed plan leaves some unwritten (a peer without the kernels' own outputs:
+    ``Plan.graphed_returned_only``). Calls on other streams (another thread's eager work while a
+    capture is in progress) keep the plan's own."""
+    graphed = plan.graphed
+    own_run, own_returned = plan.eager_calls
+
+    # graphed.run read at each call: the graphed plan's first calls replace its own (.replaying)
     def run(*inputs: Any) -> Any:
-        return graphed.run(*inputs)
+        return graphed.run(*inputs) if _capturing_stream() else own_run(*inputs)
 
     def returned(*inputs: Any) -> Any:
-        return graphed.returned(*inputs)
+        return graphed.returned(*inputs) if _capturing_stream() else own_returned(*inputs)
 
     if not plan.graphed_returned_only:
         plan.run = run

@@ -882,7 +882,34 @@ def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_
         assert "timed in this process" in tkreg.ops.explain("sum_row", x)
         for _ in range(3):  # the recorded call, then replays
             assert_sum_close(tkreg.ops.sum_row(x), x)
+        # a bucket the sum_row kernel runs: a replay on its own GPU, made current, switches no
+        # device; a call from the other GPU declines the replay, and its launcher switches
+        rows = torch.randn(37, 1000, device="cuda:1")
+        dispatcher = tkreg.ops._installed["dispatchers"]["sum_row"]
+        bucket = dispatcher.chooser.bucket([rows], {})
+        assert bucket is not None
+        dispatcher.chooser.tuner(1)._memory[bucket] = tuning.Choice(
+            bucket, "sum_row", "sum_row", {}, {"sum_row": 5.0, PEER: 7.0}, "GPU", tuning.now(), "37x1000")
+        for _ in range(3):  # the launcher's call, the recorded one, a replay (from GPU 0)
+            assert_sum_close(tkreg.ops.sum_row(rows), rows)
+        assert "tkreg.ops.sum_row calls sum_row" in tkreg.ops.explain("sum_row", rows)
+        switches: list[Any] = []
+
+        class Switch(torch.cuda.device):  # a class still: torch checks isinstance against it
+            def __init__(self, where: Any) -> None:
+                switches.append(where)
+                super().__init__(where)
+
+        monkeypatch.setattr(torch.cuda, "device", Switch)
+        torch.cuda.set_device(1)
+        for _ in range(3):
+            assert_sum_close(tkreg.ops.sum_row(rows), rows)
+        assert switches == []
+        torch.cuda.set_device(0)
+        assert_sum_close(tkreg.ops.sum_row(rows), rows)
+        assert switches and torch.cuda.current_device() == 0
     finally:
+        torch.cuda.set_device(0)
         tkreg.ops.uninstall()
 
 

@@ -313,6 +313,17 @@ def on_device(device: int) -> AbstractContextManager[Any]:
     return torch.cuda.device(device)
 
 
+def on_device_of(device: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, each call made with ``device`` current (a launcher of inputs on another GPU)."""
+    import torch
+
+    def on_their_device(*args: Any) -> Any:
+        with torch.cuda.device(device):
+            return fn(*args)
+
+    return on_their_device
+
+
 @functools.lru_cache(maxsize=64)
 def _environment(device: int, plugins: str) -> tuple[tuple[str, str], ...]:
     """Chooser.environment, worked out once per process for every op (the versions are read from

@@ -34,7 +34,7 @@ from ..core.errors import InputError
 from ..core.registry import Registry
 from ..core.specs import Kernel, Op
 from . import capturing, choosing, keys, remembered, warming
-from .choosing import Chooser, Decision
+from .choosing import Chooser, Decision, on_device_of
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, form_for, outputs_allocator
 from .gradients import BackwardPlan
@@ -203,27 +203,24 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
                     return plan.run(*inputs)  # type: ignore[misc]
                 return outs if several else outs[0]
 
+        def launch_into(inputs: Sequence[Any], outs: tuple[Any, ...]) -> None:
+            kernel_outs = tuple([o if s is None else o.view(s) for o, s in zip(outs, kernel_shapes)])
+            launch(*to_kernel(inputs), out=kernel_outs if several else kernel_outs[0], **params)
+
         where = getattr(inputs[0], "device", None) if inputs else None
-        several_gpus = getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1
+        if getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1:
+            # Triton launches on the current device: inputs on another GPU must launch there. Only
+            # the launcher's calls switch: a replay declines on any device but the one it was
+            # recorded on (and the launcher runs), so a replayed call on the current device pays
+            # nothing for the switch (entering torch.cuda.device costs a few microseconds a call).
+            run, launch_into = on_device_of(where, run), on_device_of(where, launch_into)
 
         def install(run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
-            if several_gpus:
-                # Triton launches on the current device; inputs on another GPU must run there.
-                def on_their_device(*inputs: Any) -> Any:
-                    with torch.cuda.device(where):
-                        return run(*inputs)
-
-                self._set_run(plan, on_their_device)
-            else:
-                self._set_run(plan, run, returned)
+            self._set_run(plan, run, returned)
 
         if name.split("[", 1)[0] not in self._replayable:
             install(run)
             return
-
-        def launch_into(inputs: Sequence[Any], outs: tuple[Any, ...]) -> None:
-            kernel_outs = tuple([o if s is None else o.view(s) for o, s in zip(outs, kernel_shapes)])
-            launch(*to_kernel(inputs), out=kernel_outs if several else kernel_outs[0], **params)
 
         # A launch takes a kernel input by address: the caller's tensor has the same one as its view.
         plan.replayer = Replayer(

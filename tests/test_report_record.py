@@ -294,3 +294,14 @@ def test_a_copy_of_the_data_builds_the_same_record(tmp_path: Path) -> None:
     result = record_cli("--check", cwd=tmp_path)
     assert result.returncode == 1 and "missing plot" in result.stdout  # text equal; the plots were not copied
     assert "@@" not in result.stdout
+
+
+def test_the_data_line_names_a_host_of_several_gpus_and_not_one_of_one() -> None:
+    from tkreg.report.record_tables import source_line
+
+    meta = {"date": "2026-11-29T13:10:12Z", "command": "python -m tkreg.bench dispatch", "torch": "2.11.0"}
+    assert "host of" not in source_line("d.json", {**meta, "gpus": "1"})
+    assert "host of" not in source_line("d.json", meta)  # data from before the count was kept
+    assert source_line("d.json", {**meta, "gpus": "2"}) == (
+        "Data: `d.json`, measured 2026-11-29 13:10:12 UTC on a host of 2 GPUs by `python -m tkreg.bench dispatch`"
+        " (torch 2.11.0).")

@@ -18,7 +18,7 @@ from ..core.dtypes import SHORT_NAMES
 from .markdown import percent, table
 from .results import PEER_PREFIX, Result
 
-META_SHOWN = ("device", "capability", "sms", "date", "command", "torch", "triton", "python")
+META_SHOWN = ("device", "capability", "sms", "gpus", "date", "command", "torch", "triton", "python")
 VERSIONS = ("torch", "triton", "tkreg", "driver")
 
 
@@ -154,7 +154,8 @@ def source_line(path: str, meta: Mapping[str, Any]) -> str:
     when = f" measured {date} UTC" if date and date[:1].isdigit() else f" measured {date}" if date else ""
     how = f" by `{meta['command']}`" if meta.get("command") else ""
     versions = ", ".join(f"{key} {meta[key]}" for key in VERSIONS if meta.get(key))
-    return f"Data: `{path}`,{when}{how}" + (f" ({versions})" if versions else "") + "."
+    host = f" on a host of {meta['gpus']} GPUs" if str(meta.get("gpus", "1")) != "1" else ""
+    return f"Data: `{path}`,{when}{host}{how}" + (f" ({versions})" if versions else "") + "."
 
 
 def record_table(document: Mapping[str, Any], columns: Sequence[str] | None = None) -> str:

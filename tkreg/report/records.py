@@ -119,6 +119,7 @@ def environment() -> dict[str, str]:
             meta["device"] = torch.cuda.get_device_name()
             meta["capability"] = "{}.{}".format(*torch.cuda.get_device_capability())
             meta["sms"] = str(torch.cuda.get_device_properties(0).multi_processor_count)
+            meta["gpus"] = str(torch.cuda.device_count())  # a host of several runs some calls differently
         else:
             meta["device"] = "no GPU (Triton interpreter)"
     except ImportError:

@@ -16,8 +16,8 @@ import pytest
 
 from tests.ops_support import ToyPlugin, assert_sum_close, registry_with, toy_kernel, toy_mul_torch
 from tkreg.ops import capturing as tkreg_capturing
-from tkreg.ops import choosing, dispatch, tuning, warming
-from tkreg.ops.tuning import PEER
+from tkreg.ops import choosing, dispatch, measuring, tuning, tuning_cache, warming
+from tkreg.ops.measuring import PEER
 
 torch = pytest.importorskip("torch")
 
@@ -90,7 +90,7 @@ def gpu_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(choosing, "_device_name", lambda device: "Simulated GPU")
     monkeypatch.setattr(choosing, "capturing_or_tracing", lambda: False)
     monkeypatch.setattr(choosing.Chooser, "environment", lambda self, device: {"device": "Simulated GPU", "torch": "x"})
-    monkeypatch.setattr(tuning, "_cuda_clock", fake_clock)
+    monkeypatch.setattr(measuring, "_cuda_clock", fake_clock)
     monkeypatch.setenv(tuning.ENV_CACHE, str(tmp_path))
     monkeypatch.delenv(tuning.ENV_TUNE, raising=False)
     if DEVICE == "cpu":  # the toy kernels are torch code; the registry runs kernels on CPU tensors only with the interpreter on
@@ -153,7 +153,7 @@ def test_inputs_on_another_gpu_than_the_current_one_are_timed_with_theirs_curren
         current_while_timed.append(CURRENT[0])
         return fake_clock(call, n)
 
-    monkeypatch.setattr(tuning, "_cuda_clock", clock)
+    monkeypatch.setattr(measuring, "_cuda_clock", clock)
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert set(TIMED) == {"toy_fast", "toy_slow", "peer"}
@@ -377,7 +377,7 @@ def test_a_later_process_reads_what_every_op_remembered_at_its_first_call_on_the
     from tkreg.ops import dispatch, keys, remembered
 
     # every peer (a partial of it, as candidates call it) is measured ten times faster than a kernel
-    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    monkeypatch.setattr(measuring, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     rows, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
 
@@ -418,7 +418,7 @@ def test_a_remembered_peer_that_returns_y_only_still_keeps_backward_kernels_off_
     from tkreg.ops import dispatch, remembered
 
     # the peer (a partial of it, as candidates call it) is measured ten times faster than the kernel
-    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    monkeypatch.setattr(measuring, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
     x = torch.randn(2, 3, 16, device=DEVICE, requires_grad=True)
     w = torch.randn(16, device=DEVICE, requires_grad=True)
 
@@ -463,7 +463,7 @@ def test_a_compiled_call_traces_the_full_peer_of_an_op_with_outputs_of_its_own(
     import tkreg.ops
     from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
 
-    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    monkeypatch.setattr(measuring, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
     x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
     graphs: list[str] = []
     backend = recording_backend(graphs)
@@ -546,7 +546,7 @@ def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
     from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
 
     timed: list[str] = []
-    monkeypatch.setattr(tuning, "_cuda_clock", step_clock(*steps_ms, timed))
+    monkeypatch.setattr(measuring, "_cuda_clock", step_clock(*steps_ms, timed))
     kernels = (RMS_FORWARD,) if formula else (RMS_FORWARD, RMS_BACKWARD)
     try:
         tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))
@@ -570,7 +570,7 @@ def test_tune_with_training_times_and_reports_the_training_choice(one_gpu: Path,
     from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
     from tkreg.ops.tune import _tuned
 
-    monkeypatch.setattr(tuning, "_cuda_clock", step_clock(0.050, 0.080))
+    monkeypatch.setattr(measuring, "_cuda_clock", step_clock(0.050, 0.080))
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
         call, dispatcher = tkreg.ops.get("toy_rms_norm"), tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
@@ -610,7 +610,7 @@ def test_timing_a_training_step_lets_its_backward_call_the_op_from_another_threa
         return formula(inputs, outputs, grad_outputs, eps)
 
     monkeypatch.setattr(ops_support, "rms_formula", formula_calling_the_op_elsewhere)
-    monkeypatch.setattr(tuning, "_cuda_clock", step_clock(0.050, 0.050))
+    monkeypatch.setattr(measuring, "_cuda_clock", step_clock(0.050, 0.050))
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, peer_y_only=True, formula=True)))
         x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
@@ -635,7 +635,7 @@ def test_without_a_training_choice_the_forwards_lead_decides(
     import tkreg.ops
     from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
 
-    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (peer_ms if isinstance(call, functools.partial) else 0.010) * n)
+    monkeypatch.setattr(measuring, "_cuda_clock", lambda call, n: (peer_ms if isinstance(call, functools.partial) else 0.010) * n)
     kernels = (RMS_FORWARD,) if formula else (RMS_FORWARD, RMS_BACKWARD)
     try:
         tkreg.ops.install(registry_with(RmsPlugin(*kernels, peer_y_only=True, formula=formula)))
@@ -744,7 +744,7 @@ def test_warm_gives_a_remembered_signature_its_parameter_values_and_its_first_ca
     from tkreg.ops import remembered
 
     # the kernel is measured ten times faster than the peer (a partial of it, as candidates call it)
-    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.01 if isinstance(call, functools.partial) else 0.001) * n)
+    monkeypatch.setattr(measuring, "_cuda_clock", lambda call, n: (0.01 if isinstance(call, functools.partial) else 0.001) * n)
     x, w = torch.randn(4, 16, device=DEVICE), torch.randn(16, device=DEVICE)
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
@@ -803,7 +803,7 @@ def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_t
 
 
 def test_remembered_signatures_keep_the_most_recently_planned_last_and_forget_the_oldest(tmp_path: Path) -> None:
-    cache = tuning.TuningCache(tmp_path, {"device": "Simulated GPU"})
+    cache = tuning_cache.TuningCache(tmp_path, {"device": "Simulated GPU"})
     cache.add_signatures("op", {"a": {"n": 1}, "b": {"n": 2}, "c": {"n": 3}}, limit=3)
     cache.add_signatures("op", {"a": {"n": 4}}, limit=3)  # planned again: goes last, with its new entry
     assert list(cache.signatures("op").items()) == [("b", {"n": 2}), ("c", {"n": 3}), ("a", {"n": 4})]
@@ -839,7 +839,7 @@ def test_a_later_process_calls_a_remembered_peer_that_returns_y_itself_with_noth
     from tkreg.ops import keys, remembered
 
     # the peer (a partial of it, as candidates call it) is measured ten times faster than a kernel
-    monkeypatch.setattr(tuning, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
+    monkeypatch.setattr(measuring, "_cuda_clock", lambda call, n: (0.001 if isinstance(call, functools.partial) else 0.01) * n)
     rows, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
 
     def registry() -> Any:
@@ -888,7 +888,7 @@ def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_
         dispatcher = tkreg.ops._installed["dispatchers"]["sum_row"]
         bucket = dispatcher.chooser.bucket([rows], {})
         assert bucket is not None
-        dispatcher.chooser.tuner(1)._memory[bucket] = tuning.Choice(
+        dispatcher.chooser.tuner(1)._memory[bucket] = tuning_cache.Choice(
             bucket, "sum_row", "sum_row", {}, {"sum_row": 5.0, PEER: 7.0}, "GPU", tuning.now(), "37x1000")
         for _ in range(3):  # the launcher's call, the recorded one, a replay (from GPU 0)
             assert_sum_close(tkreg.ops.sum_row(rows), rows)
@@ -951,7 +951,7 @@ def test_a_call_captured_in_a_cuda_graph_runs_the_fastest_replayed_candidate_and
 ) -> None:
     """The peer launch-bound (host 19.5 us, replayed 4), toy_fast the faster eagerly (host 4,
     replayed 9.5): eager calls run toy_fast, captured ones the peer."""
-    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(
+    monkeypatch.setattr(measuring, "_cuda_clock", ReplayClock(
         {"toy_fast": (0.010, 0.004, 0.0095), "toy_slow": (0.030, 0.005, 0.0295), "peer": (0.020, 0.0195, 0.004)}))
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
@@ -989,7 +989,7 @@ def test_a_kernel_that_captured_calls_run_makes_its_first_calls_just_before_a_ca
     (a process that never captures never loads it); just before a capture begins, it makes its
     first calls on zero-filled inputs of the signature (a capture must not be its launcher's first
     call), once; a later process over the cache captures toy_fast too, timing nothing."""
-    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(PEER_EAGERLY_TOY_FAST_REPLAYED))
+    monkeypatch.setattr(measuring, "_cuda_clock", ReplayClock(PEER_EAGERLY_TOY_FAST_REPLAYED))
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     torch.testing.assert_close(two_kernels.toy_mul(x, y), x * y)
     assert two_kernels.explain("toy_mul", x, y).startswith("tkreg.ops.toy_mul calls its peer")
@@ -1023,7 +1023,7 @@ def test_a_kernel_that_captured_calls_run_makes_its_first_calls_just_before_a_ca
 def test_a_kernel_that_fails_its_first_calls_ahead_of_a_capture_leaves_captured_calls_to_the_eager_choice(
     capture: Capture, monkeypatch: pytest.MonkeyPatch, two_kernels: Any
 ) -> None:
-    monkeypatch.setattr(tuning, "_cuda_clock", ReplayClock(PEER_EAGERLY_TOY_FAST_REPLAYED))
+    monkeypatch.setattr(measuring, "_cuda_clock", ReplayClock(PEER_EAGERLY_TOY_FAST_REPLAYED))
     x, y = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
     two_kernels.toy_mul(x, y)
     plan = two_kernels._installed["dispatchers"]["toy_mul"].planned((x, y), ())
@@ -1064,7 +1064,7 @@ def test_captured_calls_of_a_norm_run_a_peer_that_leaves_its_rstd_unwritten_only
     import tkreg.ops
     from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls, rms_reference
 
-    monkeypatch.setattr(tuning, "_cuda_clock", _rms_clock(peer=(0.020, 0.0195, 0.004), kernel=(0.010, 0.004, 0.0095)))
+    monkeypatch.setattr(measuring, "_cuda_clock", _rms_clock(peer=(0.020, 0.0195, 0.004), kernel=(0.010, 0.004, 0.0095)))
     x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=True)))
@@ -1091,7 +1091,7 @@ def test_a_captured_call_that_wants_a_gradient_makes_the_peers_own_call_where_th
     import tkreg.ops
     from tests.ops_support import CALLS, RMS_BACKWARD, RMS_FORWARD, RmsPlugin, calls
 
-    monkeypatch.setattr(tuning, "_cuda_clock", _rms_clock(peer=(0.008, 0.0078, 0.005), kernel=(0.010, 0.003, 0.002)))
+    monkeypatch.setattr(measuring, "_cuda_clock", _rms_clock(peer=(0.008, 0.0078, 0.005), kernel=(0.010, 0.003, 0.002)))
     x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
     try:
         tkreg.ops.install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD)))
@@ -1190,7 +1190,7 @@ def test_on_a_gpu_a_captured_call_replays_the_kernel_its_bucket_chose_for_graphs
         dispatcher = tkreg.ops._installed["dispatchers"]["sum_row"]
         bucket = dispatcher.chooser.bucket([x], {})
         assert bucket is not None
-        dispatcher.chooser.tuner(x.device.index)._memory[bucket] = tuning.Choice(
+        dispatcher.chooser.tuner(x.device.index)._memory[bucket] = tuning_cache.Choice(
             bucket, PEER, None, {}, {PEER: 6.0, "sum_row": 7.0}, "GPU", tuning.now(), "37x1000",
             replayed_us={PEER: 3.0, "sum_row": 1.5}, graphed="sum_row", graphed_kernel="sum_row")  # fmt: skip
         assert_sum_close(tkreg.ops.sum_row(x), x)

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from tkreg.ops import tuning
-from tkreg.ops.tuning import PEER, Candidate, Choice, Tuner, TuningCache
+from tkreg.ops import measuring, tuning, tuning_cache
+from tkreg.ops.measuring import PEER
+from tkreg.ops.tuning import Candidate, Tuner
+from tkreg.ops.tuning_cache import Choice, TuningCache
 
 ENV = {"device": "Test GPU", "driver": "12.8", "torch": "2.11", "triton": "3.6.0", "tkreg": "0.1.0"}
 
@@ -57,12 +59,12 @@ def test_choices_timed_the_older_way_are_timed_again(tmp_path: Path) -> None:
     cache = TuningCache(tmp_path, ENV)
     cache.put("op", choice("b1"))
     document = json.loads(cache.path("op").read_text())
-    assert document["format"] == tuning.FORMAT
-    cache.path("op").write_text(json.dumps({**document, "format": tuning.FORMAT - 1}))
+    assert document["format"] == tuning_cache.FORMAT
+    cache.path("op").write_text(json.dumps({**document, "format": tuning_cache.FORMAT - 1}))
     fresh = TuningCache(tmp_path, ENV)
     assert fresh.get("op", "b1") is None
     fresh.put("op", choice("b2"))
-    assert json.loads(cache.path("op").read_text())["format"] == tuning.FORMAT
+    assert json.loads(cache.path("op").read_text())["format"] == tuning_cache.FORMAT
     assert TuningCache(tmp_path, ENV).get("op", "b2") is not None
 
 
@@ -102,12 +104,12 @@ def test_the_fastest_candidate_wins_and_a_tie_goes_to_the_faster() -> None:
     def slow() -> None: ...
     def peer() -> None: ...
 
-    times = tuning.measure({"fast": fast, "slow": slow, PEER: peer}, 10, FakeClock({fast: 0.010, slow: 0.020, peer: 0.0101}))
+    times = measuring.measure({"fast": fast, "slow": slow, PEER: peer}, 10, FakeClock({fast: 0.010, slow: 0.020, peer: 0.0101}))
     assert times == {"fast": pytest.approx(10.0), "slow": pytest.approx(20.0), PEER: pytest.approx(10.1)}
-    assert tuning.fastest(times) == "fast"
-    assert tuning.fastest({"k": 10.05, PEER: 10.0}) == PEER  # no host times: the least wall time, however close
-    assert tuning.fastest({"k": 11.0, PEER: 10.0}) == PEER
-    assert tuning.fastest({"k": "failed: boom"}) is None
+    assert measuring.fastest(times) == "fast"
+    assert measuring.fastest({"k": 10.05, PEER: 10.0}) == PEER  # no host times: the least wall time, however close
+    assert measuring.fastest({"k": 11.0, PEER: 10.0}) == PEER
+    assert measuring.fastest({"k": "failed: boom"}) is None
 
 
 def test_rounds_reverse_their_order_so_a_rounds_first_place_costs_every_call_alike() -> None:
@@ -123,7 +125,7 @@ def test_rounds_reverse_their_order_so_a_rounds_first_place_costs_every_call_ali
         first_of_round = len(seen) > 6 and (len(seen) - 7) % 2 == 0  # three warm-up calls each, then rounds of two
         return 0.010 * n * (1.3 if first_of_round else 1.0)
 
-    times = tuning.measure({"a": a, "b": b}, 10, clock, rounds=4)
+    times = measuring.measure({"a": a, "b": b}, 10, clock, rounds=4)
     assert seen[6:14] == [a, b, b, a, a, b, b, a]
     assert seen[14:] == [a, b, b, a, a, b, b, a]  # tied: as many rounds again
     assert times["a"] == pytest.approx(times["b"])
@@ -141,8 +143,8 @@ def test_a_rounds_size_comes_from_calls_after_the_recorded_one() -> None:
         sizes.append(n)
         return {1: 5.0, 2: 0.8}.get(len(sizes), 0.015 * n)  # ms: the load, the recording, then 15 us calls
 
-    times = tuning.measure({"k": replayed}, 10, clock, round_ms=2.0, rounds=3)
-    assert sizes[:3] == [1, 1, tuning.ESTIMATE_CALLS]
+    times = measuring.measure({"k": replayed}, 10, clock, round_ms=2.0, rounds=3)
+    assert sizes[:3] == [1, 1, measuring.ESTIMATE_CALLS]
     assert sizes[3:] == [int(2.0 / 0.015)] * 3
     assert times["k"] == pytest.approx(15.0)
 
@@ -159,10 +161,10 @@ def test_close_candidates_get_more_rounds_and_the_rest_do_not() -> None:
         seen.append(call)
         return clock(call, n)
 
-    times = tuning.measure({"near": near, "nearer": nearer, "far": far}, 10, watched, rounds=3)
+    times = measuring.measure({"near": near, "nearer": nearer, "far": far}, 10, watched, rounds=3)
     rounds = seen[3 * 3:]
     assert rounds.count(near) == rounds.count(nearer) == 6 and rounds.count(far) == 3
-    assert tuning.fastest(times) == "nearer"
+    assert measuring.fastest(times) == "nearer"
 
 
 def test_a_peer_held_back_in_its_first_sitting_wins_the_second_and_the_bucket() -> None:
@@ -178,16 +180,16 @@ def test_a_peer_held_back_in_its_first_sitting_wins_the_second_and_the_bucket() 
     def clock(call: object, n: int) -> tuple[float, float]:
         seen.append(call)
         if call is peer:
-            slowed = seen.count(peer) <= 3 + tuning.ROUNDS  # its warm-up and first sitting
+            slowed = seen.count(peer) <= 3 + measuring.ROUNDS  # its warm-up and first sitting
             return (0.0465 * (1.25 if slowed else 1.0) * n, 0.038 * n if slowed else 0.020 * n)
         return ((0.0486 if call is kernel else 0.080) * n, 0.009 * n)
 
     host: dict[str, float] = {}
-    times = tuning.measure({"kernel": kernel, "far": far, PEER: peer}, 10, clock, host=host)
+    times = measuring.measure({"kernel": kernel, "far": far, PEER: peer}, 10, clock, host=host)
     rounds = seen[3 * 3:]
-    assert rounds.count(kernel) == rounds.count(peer) == 2 * tuning.ROUNDS and rounds.count(far) == tuning.ROUNDS
+    assert rounds.count(kernel) == rounds.count(peer) == 2 * measuring.ROUNDS and rounds.count(far) == measuring.ROUNDS
     assert times[PEER] == pytest.approx(46.5) and host[PEER] == pytest.approx(20.0)  # the second sitting's
-    assert times["kernel"] == pytest.approx(48.6) and tuning.fastest(times, host) == PEER
+    assert times["kernel"] == pytest.approx(48.6) and measuring.fastest(times, host) == PEER
 
 
 def test_a_lead_that_holds_in_both_sittings_keeps_the_bucket_and_a_spent_budget_sits_once(
@@ -197,17 +199,17 @@ def test_a_lead_that_holds_in_both_sittings_keeps_the_bucket_and_a_spent_budget_
     def peer() -> None: ...
 
     clock = FakeClock({kernel: 0.030, peer: 0.050})
-    times = tuning.measure({"kernel": kernel, PEER: peer}, 10, clock)
-    assert clock.calls == 2 * 3 + 4 * tuning.ROUNDS and tuning.fastest(times) == "kernel"
+    times = measuring.measure({"kernel": kernel, PEER: peer}, 10, clock)
+    assert clock.calls == 2 * 3 + 4 * measuring.ROUNDS and measuring.fastest(times) == "kernel"
     assert times == {"kernel": pytest.approx(30.0), PEER: pytest.approx(50.0)}
     alone = FakeClock({kernel: 0.030})
-    tuning.measure({"kernel": kernel}, 10, alone)
-    assert alone.calls == 3 + tuning.ROUNDS  # nothing to sit against
+    measuring.measure({"kernel": kernel}, 10, alone)
+    assert alone.calls == 3 + measuring.ROUNDS  # nothing to sit against
     spent = FakeClock({kernel: 0.030, peer: 0.050})
     seconds = iter(range(1000))  # each reading of the time a second later: the start, each candidate, the second sitting
-    monkeypatch.setattr(tuning.time, "monotonic", lambda: float(next(seconds)))
-    tuning.measure({"kernel": kernel, PEER: peer}, 2, spent)
-    assert spent.calls == 2 * 3 + 2 * tuning.ROUNDS  # both timed, one sitting: the budget ran out before the second
+    monkeypatch.setattr(measuring.time, "monotonic", lambda: float(next(seconds)))
+    measuring.measure({"kernel": kernel, PEER: peer}, 2, spent)
+    assert spent.calls == 2 * 3 + 2 * measuring.ROUNDS  # both timed, one sitting: the budget ran out before the second
 
 
 def test_a_call_named_to_sit_again_does_so_however_far_behind_it_read() -> None:
@@ -218,15 +220,15 @@ def test_a_call_named_to_sit_again_does_so_however_far_behind_it_read() -> None:
 
     def clock(call: object, n: int) -> float:
         seen.append(call)
-        slowed = call is subject and seen.count(subject) <= 3 + tuning.ROUNDS  # held back in its first sitting
+        slowed = call is subject and seen.count(subject) <= 3 + measuring.ROUNDS  # held back in its first sitting
         return (0.030 if call is kernel else 0.031 * (1.5 if slowed else 1.0)) * n
 
-    times = tuning.measure({"kernel": kernel, "subject": subject}, 10, clock, sits_again=("subject",))
-    assert seen[2 * 3:].count(subject) == 2 * tuning.ROUNDS
+    times = measuring.measure({"kernel": kernel, "subject": subject}, 10, clock, sits_again=("subject",))
+    assert seen[2 * 3:].count(subject) == 2 * measuring.ROUNDS
     assert times == {"kernel": pytest.approx(30.0), "subject": pytest.approx(31.0)}
     once = FakeClock({kernel: 0.030, subject: 0.050})
-    tuning.measure({"kernel": kernel, "subject": subject}, 10, once)
-    assert once.calls == 2 * 3 + 2 * tuning.ROUNDS  # not named: 67% behind, it sits once
+    measuring.measure({"kernel": kernel, "subject": subject}, 10, once)
+    assert once.calls == 2 * 3 + 2 * measuring.ROUNDS  # not named: 67% behind, it sits once
 
 
 def test_a_failing_candidate_is_reported_not_raised() -> None:
@@ -242,7 +244,7 @@ def test_a_failing_candidate_is_reported_not_raised() -> None:
             broken()
         return clock(call, n)
 
-    times = tuning.measure({"broken": broken, "fine": fine}, 10, clock_or_fail)
+    times = measuring.measure({"broken": broken, "fine": fine}, 10, clock_or_fail)
     assert times["broken"] == "failed: RuntimeError: no kernel image" and isinstance(times["fine"], float)
 
 
@@ -263,12 +265,30 @@ def test_concurrent_first_calls_of_a_bucket_time_it_once(tmp_path: Path) -> None
     assert {r.winner for r in results if r is not None} == {"k1"} and len(results) == 8
     # two warm-up calls and the estimate per candidate, a sitting of both, then the peer's second
     # sitting against the kernel that led it
-    timed_once = 2 * 3 + 2 * tuning.ROUNDS + 2 * tuning.ROUNDS
+    timed_once = 2 * 3 + 2 * measuring.ROUNDS + 2 * measuring.ROUNDS
     assert clock.calls == timed_once
     # a new process (a new tuner over the same folder) times nothing
     fresh = Tuner("op", TuningCache(tmp_path, ENV))
     cached = fresh.choose("b", candidates, "4x4", "Test GPU", FakeClock({}))
     assert cached is not None and cached.source == "cache" and "from the tuning cache" in cached.describe()
+
+
+def test_the_tuner_times_through_its_modules_measure_which_counting_its_calls_may_wrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatch suite counts a cold process's timing calls by wrapping ``tuning.measure``."""
+    def k1() -> None: ...
+    def peer() -> None: ...
+
+    counted: list[int] = []
+    original = tuning.measure
+    monkeypatch.setattr(tuning, "measure", lambda *a, **k: counted.append(1) or original(*a, **k))
+    tuner = Tuner("op", TuningCache(tmp_path, ENV))
+    candidates = {Candidate("k1"): k1, Candidate(None): peer}
+    assert tuner.choose("b", candidates, "4x4", "Test GPU", FakeClock({k1: 0.01, peer: 0.02})) is not None
+    assert counted == [1]
+    assert Tuner("op", TuningCache(tmp_path, ENV)).choose("b", candidates, "4x4", "Test GPU", FakeClock({})) is not None
+    assert counted == [1]  # a later process over the cache times nothing
 
 
 def test_tuning_can_be_turned_off_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -281,45 +301,45 @@ def test_tuning_can_be_turned_off_and_bounded(monkeypatch: pytest.MonkeyPatch) -
     def a() -> None: ...
     def b() -> None: ...
 
-    times = tuning.measure({"a": a, "b": b}, tuning.budget_s(), FakeClock({a: 0.01, b: 0.01}))
+    times = measuring.measure({"a": a, "b": b}, tuning.budget_s(), FakeClock({a: 0.01, b: 0.01}))
     assert "budget" in str(times["b"])  # the budget ran out after the first candidate
 
 
 def test_a_launcher_that_keeps_the_host_busy_loses_a_near_tie() -> None:
-    assert tuning.fastest({"k": 47.0, PEER: 48.2}) == "k"  # wall time alone
+    assert measuring.fastest({"k": 47.0, PEER: 48.2}) == "k"  # wall time alone
     # within the tie band the host decides: its launch queues as long as it runs
-    assert tuning.fastest({"k": 47.0, PEER: 48.2}, {"k": 48.0, PEER: 15.0}) == PEER
-    assert tuning.fastest({"k": 47.0, PEER: 47.0, "j": 47.5}, {"k": 20.0, PEER: 20.0, "j": 10.0}) == "j"
+    assert measuring.fastest({"k": 47.0, PEER: 48.2}, {"k": 48.0, PEER: 15.0}) == PEER
+    assert measuring.fastest({"k": 47.0, PEER: 47.0, "j": 47.5}, {"k": 20.0, PEER: 20.0, "j": 10.0}) == "j"
     # a lead beyond the band stands: back-to-back wall time already counts a host that holds calls back
-    assert tuning.fastest({"k": 31.5, PEER: 45.2}, {"k": 28.0, PEER: 11.0}) == "k"
-    assert tuning.fastest({"k": 1900.0, PEER: 2000.0}, {"k": 50.0, PEER: 15.0}) == "k"
+    assert measuring.fastest({"k": 31.5, PEER: 45.2}, {"k": 28.0, PEER: 11.0}) == "k"
+    assert measuring.fastest({"k": 1900.0, PEER: 2000.0}, {"k": 50.0, PEER: 15.0}) == "k"
     # a tied candidate without a host figure: wall time alone
-    assert tuning.fastest({"k": 47.0, PEER: 48.2}, {PEER: 15.0}) == "k"
+    assert measuring.fastest({"k": 47.0, PEER: 48.2}, {PEER: 15.0}) == "k"
 
 
 def test_measure_reports_the_hosts_queueing_time_where_the_clock_gives_it() -> None:
     host: dict[str, float] = {}
-    times = tuning.measure({"k": lambda: None}, 10, lambda call, n: (0.050 * n, 0.020 * n), host=host)
+    times = measuring.measure({"k": lambda: None}, 10, lambda call, n: (0.050 * n, 0.020 * n), host=host)
     assert times["k"] == pytest.approx(50.0) and host["k"] == pytest.approx(20.0)
-    choice = tuning.Choice("b", "k", "k", {}, {"k": 50.0, PEER: 60.0}, "GPU", "now", "1x1", host_us={"k": 20.0})
+    choice = tuning_cache.Choice("b", "k", "k", {}, {"k": 50.0, PEER: 60.0}, "GPU", "now", "1x1", host_us={"k": 20.0})
     assert "k 50.0 us (host 20.0), peer 60.0 us" in choice.describe()
-    assert tuning.Choice.from_json(choice.to_json()).host_us == {"k": 20.0}
+    assert tuning_cache.Choice.from_json(choice.to_json()).host_us == {"k": 20.0}
     old = {k: v for k, v in choice.to_json().items() if k != "host_us"}  # a cache written before host times
-    assert tuning.Choice.from_json(old).host_us == {}
+    assert tuning_cache.Choice.from_json(old).host_us == {}
 
 
 def test_launch_bound_ties_go_to_the_least_host_and_gpu_time_together() -> None:
     """Four launch-bound kernels read alike (their host's time); their GPU times differ."""
     walls = {"a": 9.45, "b": 9.2, "c": 9.2, PEER: 12.5}
     host = {"a": 8.9, "b": 9.1, "c": 9.1, PEER: 12.3}
-    assert tuning.fastest(walls, host) == "a"  # host time alone: the slowest kernel
-    assert tuning.fastest(walls, host, {"a": 9.3, "b": 6.7, "c": 7.9}) == "b"
+    assert measuring.fastest(walls, host) == "a"  # host time alone: the slowest kernel
+    assert measuring.fastest(walls, host, {"a": 9.3, "b": 6.7, "c": 7.9}) == "b"
     # a launcher that keeps the host busy still loses a tie its kernel does not win back
-    assert tuning.fastest({"k": 47.0, PEER: 48.2}, {"k": 48.0, PEER: 15.0}, {"k": 40.0, PEER: 41.0}) == PEER
+    assert measuring.fastest({"k": 47.0, PEER: 48.2}, {"k": 48.0, PEER: 15.0}, {"k": 40.0, PEER: 41.0}) == PEER
     # a tied candidate without a GPU figure: host time alone
-    assert tuning.fastest(walls, host, {"b": 6.7, "c": 7.9}) == "a"
+    assert measuring.fastest(walls, host, {"b": 6.7, "c": 7.9}) == "a"
     # a lead beyond the tie band stands
-    assert tuning.fastest({"k": 8.0, PEER: 9.0}, {"k": 7.9, PEER: 8.9}, {"k": 7.0, PEER: 2.0}) == "k"
+    assert measuring.fastest({"k": 8.0, PEER: 9.0}, {"k": 7.9, PEER: 8.9}, {"k": 7.0, PEER: 2.0}) == "k"
 
 
 class SleepClock(FakeClock):
@@ -345,13 +365,13 @@ def test_only_tied_candidates_are_timed_on_the_gpu_and_a_failed_reading_is_left_
 
     clock = SleepClock({a: 0.0092, b: 0.0092, c: 0.0093, slow: 0.0200}, {a: 0.0093, b: 0.0067, c: None, slow: 0.002})
     gpu: dict[str, float] = {}
-    times = tuning.measure({"a": a, "b": b, "c": c, "slow": slow}, 10, clock, device=gpu)
-    assert set(clock.alone_calls) == {a, b, c} and len(clock.alone_calls) == 3 * tuning.DEVICE_ROUNDS
+    times = measuring.measure({"a": a, "b": b, "c": c, "slow": slow}, 10, clock, device=gpu)
+    assert set(clock.alone_calls) == {a, b, c} and len(clock.alone_calls) == 3 * measuring.DEVICE_ROUNDS
     assert gpu == {"a": pytest.approx(9.3), "b": pytest.approx(6.7)}
-    assert tuning.fastest(times, {"a": 9.0, "b": 9.1, "c": 9.1}, {**gpu, "c": 7.0}) == "b"
+    assert measuring.fastest(times, {"a": 9.0, "b": 9.1, "c": 9.1}, {**gpu, "c": 7.0}) == "b"
     # without ``device`` nothing is timed alone
     clock.alone_calls.clear()
-    tuning.measure({"a": a, "b": b}, 10, clock)
+    measuring.measure({"a": a, "b": b}, 10, clock)
     assert clock.alone_calls == []
 
 
@@ -394,30 +414,30 @@ def test_where_a_candidate_is_launch_bound_every_candidate_is_replayed_from_a_cu
     calls, clock = _launch_bound_peer(slow_replays=False)
     host: dict[str, float] = {}
     replayed: dict[str, float | str] = {}
-    times = tuning.measure(calls, 10, clock, host=host, device={}, replayed=replayed)
+    times = measuring.measure(calls, 10, clock, host=host, device={}, replayed=replayed)
     assert set(clock.captured) == set(calls.values()) and clock.alone_calls == []  # no tie: nothing timed alone
     assert replayed == {PEER: pytest.approx(3.0), "kernel": pytest.approx(8.5),
                         "slow": "not captured: RuntimeError: operation not permitted when stream is capturing"}  # fmt: skip
-    winner = tuning.fastest(times, host)
+    winner = measuring.fastest(times, host)
     assert winner == "kernel"  # eagerly the kernel leads by half; replayed, the peer takes a third of its time
-    assert tuning.fastest_replayed(replayed, winner) == PEER
+    assert measuring.fastest_replayed(replayed, winner) == PEER
     # without ``replayed`` nothing is captured
     clock.captured.clear()
-    tuning.measure(calls, 10, clock, device={})
+    measuring.measure(calls, 10, clock, device={})
     assert clock.captured == []
     # where every candidate keeps the GPU busy, its wall time is what a replay takes: nothing is captured
     busy = HostClock({calls[PEER]: (0.020, 0.005, 0.0195, 0.0195), calls["kernel"]: (0.010, 0.004, 0.0098, 0.0097),
                       calls["slow"]: (0.030, 0.005, 0.0295, 0.029)})  # fmt: skip
     replayed.clear()
-    tuning.measure(calls, 10, busy, replayed=replayed)
+    measuring.measure(calls, 10, busy, replayed=replayed)
     assert busy.captured == [] and replayed == {}
 
 
 def test_captured_calls_keep_the_winner_unless_another_replays_faster_beyond_the_tie() -> None:
-    assert tuning.fastest_replayed({"k": 9.5, PEER: 4.0}, "k") == PEER
-    assert tuning.fastest_replayed({"k": 4.1, PEER: 4.0}, "k") == "k"  # within TIE: no reason to run another
-    assert tuning.fastest_replayed({"k": "not captured: boom", PEER: 4.0}, "k") == PEER  # the winner cannot be captured
-    assert tuning.fastest_replayed({}, "k") is None
+    assert measuring.fastest_replayed({"k": 9.5, PEER: 4.0}, "k") == PEER
+    assert measuring.fastest_replayed({"k": 4.1, PEER: 4.0}, "k") == "k"  # within TIE: no reason to run another
+    assert measuring.fastest_replayed({"k": "not captured: boom", PEER: 4.0}, "k") == PEER  # the winner cannot be captured
+    assert measuring.fastest_replayed({}, "k") is None
 
 
 def test_a_choice_names_what_captured_calls_run_and_keeps_it_in_the_cache(tmp_path: Path) -> None:
@@ -490,7 +510,7 @@ def test_a_gpu_alone_reading_counts_only_where_the_sleep_outlasted_the_queueing(
     pytest.importorskip("torch")
     gpu = ScriptedGpu(reached=[True, False])  # the first hold ended too soon, the second held
     gpu.install(monkeypatch)
-    clock = tuning.CudaClock()
+    clock = measuring.CudaClock()
     assert clock.alone(lambda: None, 10, 0.2) == gpu.reading_ms
     load, first, second = gpu.sleeps
     assert load == 1  # the sleep kernel runs once before a hold is timed
@@ -516,7 +536,7 @@ class SmallAdds:
         import torch
 
         self.torch, self.x = torch, torch.randn(1 << 16, device="cuda")
-        self.clock = tuning.CudaClock()
+        self.clock = measuring.CudaClock()
         for _ in range(10):
             self.add()
         self.wall_ms, self.queued_ms = self.clock(self.add, 200)

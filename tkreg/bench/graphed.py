@@ -1,5 +1,5 @@
 """Calls replayed from CUDA graphs, timed as a captured model pays them: each call captured
-several times over in one graph (tkreg.ops.tuning.CudaClock.capture, its calls in a model's
+several times over in one graph (tkreg.ops.measuring.CudaClock.capture, its calls in a model's
 capture: tkreg.ops runs its choice for captured calls), the graphs replayed in interleaved rounds
 between CUDA events; the median round's time per call. A replay launches no Python, so this is
 the calls' GPU time, launch gaps included. GPU only."""
@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..ops.tuning import CudaClock, replay_times
+from ..ops.measuring import CudaClock, replay_times
 
 ROUND_US = 2000.0  # GPU time each graph replays per round (its calls' eager time tells how many)
 MAX_CALLS = 500  # calls captured in one graph

@@ -25,8 +25,10 @@ from ..core.specs import Kernel, Op
 from . import tuning
 from .deferred import loaded
 from .forms import Form, OutputLayout, as_tuple, outputs_allocator
+from .measuring import PEER
 from .replaying import RecordedCall
-from .tuning import PEER, Candidate, Choice, Tuner, TuningCache
+from .tuning import Candidate, Tuner
+from .tuning_cache import Choice, TuningCache
 
 MAX_TUNE_CONFIGS = 6  # configs of one kernel timed besides its launcher's own choice
 ALIGN = 16  # bytes: the alignment a kernel's checks ask of a base address (TMA's); part of a bucket

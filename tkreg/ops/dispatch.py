@@ -38,13 +38,13 @@ from .choosing import Chooser, Decision, on_device_of
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, form_for, outputs_allocator
 from .gradients import BackwardPlan
+from .measuring import PEER
 from .peer_calls import PeerCalls
 from .plans import PLAN_CACHE_SIZE, Params, Plan, picker, rejections
 from .recalling import RememberedPlans
 from .replaying import Replayer
 from .tracing import Tracing
 from .training import Training
-from .tuning import PEER
 
 log = logging.getLogger("tkreg.ops")
 

@@ -17,7 +17,7 @@ what the plan does:
   made and the kernel loaded.
 
 Entries are collected while a process runs and written when it exits, least recently planned
-first, merged under the cache's file lock (:meth:`tkreg.ops.tuning.TuningCache.add_signatures`),
+first, merged under the cache's file lock (:meth:`tkreg.ops.tuning_cache.TuningCache.add_signatures`),
 so no call pays for a write.
 """
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core import refs
 from .forms import KernelView, as_tuple
-from .tuning import PEER
+from .measuring import PEER
 
 TRACEABLE = "tkreg_traceable"  # launcher attribute: see tkreg.ops.traceable
 # Stand-in base addresses for deciding at trace time: aligned far beyond any check, and aligned

@@ -17,8 +17,9 @@ from ..core.specs import Kernel
 from . import capturing, gradients, keys
 from .forms import KernelView, OutputLayout, as_tuple, is_dense_row_major
 from .gradients import BackwardPlan
+from .measuring import PEER
 from .plans import PLAN_CACHE_SIZE, Plan, rejections
-from .tuning import PEER, Candidate
+from .tuning import Candidate
 
 log = logging.getLogger("tkreg.ops")
 

@@ -18,8 +18,9 @@ from typing import Any
 from ..core import dtypes, refs
 from ..core.errors import TkregError
 from ..core.specs import Case
+from .measuring import PEER
 from .model_shapes import LinearShape, linear_shapes
-from .tuning import PEER, Choice
+from .tuning_cache import Choice
 
 
 @dataclass(frozen=True)

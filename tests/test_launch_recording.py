@@ -423,3 +423,39 @@ def test_a_replayed_plan_of_one_output_returns_it(monkeypatch, gathered):
     assert launches[-1][:2] == (a, b) and launches[-1][2] is got
     replay.ready = False
     assert torch.equal(installed["run"](a, b), a - b)  # the launcher's output
+
+
+def test_a_replay_that_declines_runs_the_fallback_given_and_the_first_call_the_launcher(monkeypatch):
+    """On a host of several GPUs a declined replay has a fallback of its own (it switches to the
+    inputs' GPU and replays there, tkreg.ops.choosing.replayed_on_device_of); the plan's first
+    call, and a recording the launcher refuses, still run the launcher."""
+    from tkreg.ops.replaying import Replayer
+
+    installed: dict[str, Any] = {}
+    ran: list[str] = []
+
+    class Replay:
+        ready = True
+        native = False
+
+        def __len__(self) -> int:
+            return 1
+
+        def replay(self, tensors: Any) -> bool:
+            if self.ready:
+                ran.append("replay")
+            return self.ready
+
+    replay = Replay()
+    monkeypatch.setattr(recording, "record", lambda call, tensors: recording.Outcome(call(), replay))  # type: ignore[arg-type]
+    replayer = Replayer("add", "k", lambda run, returned=None: installed.update(run=run, returned=returned),
+                        lambda a, b: ran.append("launcher") or a - b, lambda: (torch.zeros(3),),
+                        lambda inputs, outs: None, None, several=False,
+                        declined=lambda a, b: ran.append("declined") or a * b)  # fmt: skip
+    a, b = torch.randn(3), torch.randn(3)
+    assert torch.equal(replayer.first(a, b), a - b) and ran == ["launcher"]
+    installed["run"](a, b)  # recorded
+    installed["run"](a, b)
+    assert ran == ["launcher", "replay"]
+    replay.ready = False
+    assert torch.equal(installed["run"](a, b), a * b) and ran[-1] == "declined"

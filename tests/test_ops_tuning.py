@@ -883,7 +883,7 @@ def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_
         for _ in range(3):  # the recorded call, then replays
             assert_sum_close(tkreg.ops.sum_row(x), x)
         # a bucket the sum_row kernel runs: a replay on its own GPU, made current, switches no
-        # device; a call from the other GPU declines the replay, and its launcher switches
+        # device; a call from the other GPU switches to it, and runs the plan there again
         rows = torch.randn(37, 1000, device="cuda:1")
         dispatcher = tkreg.ops._installed["dispatchers"]["sum_row"]
         bucket = dispatcher.chooser.bucket([rows], {})
@@ -905,12 +905,55 @@ def test_on_a_second_gpu_a_new_bucket_is_timed_and_run_there_while_the_first_is_
         for _ in range(3):
             assert_sum_close(tkreg.ops.sum_row(rows), rows)
         assert switches == []
+        plan = dispatcher.planned((rows,), dispatcher.params.defaults)
+        replayed = plan.run
+        rerun_on: list[int] = []
+        plan.run = lambda *inputs: rerun_on.append(torch.cuda.current_device()) or replayed(*inputs)
         torch.cuda.set_device(0)
         assert_sum_close(tkreg.ops.sum_row(rows), rows)
-        assert switches and torch.cuda.current_device() == 0
+        assert switches == [1] and rerun_on == [1] and torch.cuda.current_device() == 0
     finally:
         torch.cuda.set_device(0)
         tkreg.ops.uninstall()
+
+
+def test_a_declined_replay_from_another_gpu_runs_the_plan_again_on_its_inputs_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model split across GPUs in one process calls with its layers' inputs on each while one is
+    current: a replay (recorded on its inputs' GPU) declines there, and its fallback switches and
+    replays, rather than launch through the launcher; one that declines on its own GPU too (a
+    launch hook) runs the launcher, once."""
+    current = [0]
+
+    class Switch:  # torch.cuda.device, simulated
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def __enter__(self) -> None:
+            self.before, current[0] = current[0], self.index
+
+        def __exit__(self, *exc: Any) -> None:
+            current[0] = self.before
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+    monkeypatch.setattr(torch.cuda, "device", Switch)
+    ran: list[tuple[str, int]] = []
+    plan = PlanLike()
+    declined = choosing.replayed_on_device_of(torch.device("cuda", 1), plan,
+                                              lambda *inputs: ran.append(("launcher", current[0])) or "launched")  # fmt: skip
+
+    def replay(*inputs: Any) -> Any:  # as a plan's replay: it runs on the GPU it was recorded on only
+        if current[0] != 1:
+            return declined(*inputs)
+        ran.append(("replay", current[0]))
+        return "replayed"
+
+    plan.run = replay
+    assert plan.run("x") == "replayed" and ran == [("replay", 1)] and current[0] == 0
+    current[0] = 1
+    assert plan.run("x") == "replayed" and ran == [("replay", 1)] * 2
+    plan.run = lambda *inputs: declined(*inputs)  # it declines everywhere
+    current[0] = 0
+    assert plan.run("x") == "launched" and ran[2:] == [("launcher", 1)] and current[0] == 0
 
 
 class Capture:

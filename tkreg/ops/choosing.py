@@ -326,6 +326,24 @@ def on_device_of(device: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
     return on_their_device
 
 
+def replayed_on_device_of(device: Any, plan: Any, launcher: Callable[..., Any]) -> Callable[..., Any]:
+    """What ``plan``'s declined replays fall back to, its inputs being on ``device``: called from
+    another current GPU (a model split across GPUs in one process, its layers' inputs on each), the
+    plan's run again with theirs made current, where its replay (recorded there) runs; called on
+    that GPU, ``launcher`` (the replay declined for another reason: a launch hook, say)."""
+    import torch
+
+    index = device.index
+
+    def declined(*inputs: Any) -> Any:
+        if torch.cuda.current_device() != index:
+            with torch.cuda.device(index):
+                return plan.run(*inputs)
+        return launcher(*inputs)
+
+    return declined
+
+
 @functools.lru_cache(maxsize=64)
 def _environment(device: int, plugins: str) -> tuple[tuple[str, str], ...]:
     """Chooser.environment, worked out once per process for every op (the versions are read from

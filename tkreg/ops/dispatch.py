@@ -34,7 +34,7 @@ from ..core.errors import InputError
 from ..core.registry import Registry
 from ..core.specs import Kernel, Op
 from . import capturing, choosing, keys, remembered, warming
-from .choosing import Chooser, Decision, on_device_of
+from .choosing import Chooser, Decision, on_device_of, replayed_on_device_of
 from .deferred import Deferred, loaded
 from .forms import Form, KernelView, form_for, outputs_allocator
 from .gradients import BackwardPlan
@@ -208,12 +208,15 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
             launch(*to_kernel(inputs), out=kernel_outs if several else kernel_outs[0], **params)
 
         where = getattr(inputs[0], "device", None) if inputs else None
+        declined = None
         if getattr(where, "type", None) == "cuda" and torch.cuda.device_count() > 1:
             # Triton launches on the current device: inputs on another GPU must launch there. Only
             # the launcher's calls switch: a replay declines on any device but the one it was
-            # recorded on (and the launcher runs), so a replayed call on the current device pays
-            # nothing for the switch (entering torch.cuda.device costs a few microseconds a call).
+            # recorded on, so a replayed call on the current device pays nothing for the switch
+            # (entering torch.cuda.device costs a few microseconds a call); one from another GPU
+            # switches, and replays there.
             run, launch_into = on_device_of(where, run), on_device_of(where, launch_into)
+            declined = replayed_on_device_of(where, plan, run)
 
         def install(run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
             self._set_run(plan, run, returned)
@@ -228,7 +231,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
             allocate=new_outputs,
             launch_into=launch_into,
             tensors_of=(lambda inputs, outs: (*to_kernel(inputs), *outs)) if selects else None,
-            several=several, returned=self.returned if self.pick is not None else None,
+            several=several, returned=self.returned if self.pick is not None else None, declined=declined,
         )  # fmt: skip
         install(plan.replayer.first)
 

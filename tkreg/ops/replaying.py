@@ -48,7 +48,8 @@ class Replayer:
     fixed order (None: the inputs, then the outputs; a replay then builds that tuple itself, a
     function call less on a launch-bound call); a run returns every output where the op has
     ``several``, else the one; ``returned``: the indices of the outputs tkreg.ops returns, where
-    it returns fewer."""
+    it returns fewer; ``declined``: what a call runs where its replay declines it (a launch hook,
+    another current device), returning what a run returns (default: ``launched``)."""
 
     def __init__(
         self,
@@ -61,9 +62,12 @@ class Replayer:
         tensors_of: Callable[[Sequence[Any], tuple[Any, ...]], tuple[Any, ...]] | None,
         several: bool,
         returned: tuple[int, ...] | None = None,
+        declined: Run | None = None,
     ) -> None:
         self.op, self.kernel = op, kernel
         self.install, self.launched = install, launched
+        # what a replay that declines a call falls back to (default: the launcher)
+        self.declined = declined if declined is not None else launched
         self.allocate, self.launch_into, self.tensors_of = allocate, launch_into, tensors_of
         self.result_of = _all if several else _first
         self.returned = returned
@@ -108,7 +112,7 @@ class Replayer:
         Where the launch takes the inputs then the outputs and the caller gets one output (add,
         matmul, a norm's y), the run calls nothing but the allocation and the replay."""
         replay, allocate, result_of = got.replay, self.allocate, self.result_of
-        launched = self.launched
+        launched = self.declined  # every output where the op has several, else the one, as the launcher's
         tensors_of = self.tensors_of if self.tensors_of is not None else _inputs_then_outputs
         picks = self.returned is not None
         # the indices of what the caller gets: the returned ones, or the one output of an op with one

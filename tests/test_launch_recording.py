@@ -315,6 +315,26 @@ def test_tuning_times_a_declared_kernel_as_its_plan_calls_it(gpu):
     assert LAUNCHER_CALLS == [1, 1, 1] and plain.recording is None
 
 
+class FakeReplay:
+    """A recording's replay, simulated: while ``ready``, ``effect(tensors)`` is what it launches;
+    ``seen`` (where given) gets the tensors of every call, ready or not."""
+
+    native = False
+
+    def __init__(self, effect: Any, seen: list[Any] | None = None) -> None:
+        self.ready, self.effect, self.seen = True, effect, seen
+
+    def __len__(self) -> int:
+        return 1
+
+    def replay(self, tensors: Any) -> bool:
+        if self.seen is not None:
+            self.seen.append(tensors)
+        if self.ready:
+            self.effect(tensors)
+        return self.ready
+
+
 @pytest.mark.parametrize("gathered", [True, False], ids=["tensors_of given", "inputs then outputs"])
 @pytest.mark.parametrize("indices", [None, (0,), (1, 0)])
 def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, indices, gathered):
@@ -337,20 +357,11 @@ def test_a_replayed_plan_hands_tkreg_ops_the_outputs_it_returns(monkeypatch, ind
     def launched(*inputs: Any) -> Any:
         return (torch.full((2,), 5.0), torch.full((3,), 6.0))
 
-    class Replay:
-        ready = True
-        native = False
+    def fill(tensors: Any) -> None:
+        tensors[-2].fill_(7.0)
+        tensors[-1].fill_(8.0)
 
-        def __len__(self) -> int:
-            return 1
-
-        def replay(self, tensors: Any) -> bool:
-            if self.ready:
-                tensors[-2].fill_(7.0)
-                tensors[-1].fill_(8.0)
-            return self.ready
-
-    replay = Replay()
+    replay = FakeReplay(fill)
     monkeypatch.setattr(recording, "record", lambda call, tensors: recording.Outcome(call(), replay))  # type: ignore[arg-type]
     seen: list[Any] = []
 
@@ -396,20 +407,7 @@ def test_a_replayed_plan_of_one_output_returns_it(monkeypatch, gathered):
         made.append((torch.zeros(3),))
         return made[-1]
 
-    class Replay:
-        ready = True
-        native = False
-
-        def __len__(self) -> int:
-            return 1
-
-        def replay(self, tensors: Any) -> bool:
-            launches.append(tensors)
-            if self.ready:
-                tensors[-1].copy_(tensors[0] + tensors[1])
-            return self.ready
-
-    replay = Replay()
+    replay = FakeReplay(lambda tensors: tensors[-1].copy_(tensors[0] + tensors[1]), launches)
     monkeypatch.setattr(recording, "record", lambda call, tensors: recording.Outcome(call(), replay))  # type: ignore[arg-type]
     replayer = Replayer("add", "k", lambda run, returned=None: installed.update(run=run, returned=returned),
                         lambda a, b: a - b, allocate, lambda inputs, outs: None,
@@ -434,19 +432,7 @@ def test_a_replay_that_declines_runs_the_fallback_given_and_the_first_call_the_l
     installed: dict[str, Any] = {}
     ran: list[str] = []
 
-    class Replay:
-        ready = True
-        native = False
-
-        def __len__(self) -> int:
-            return 1
-
-        def replay(self, tensors: Any) -> bool:
-            if self.ready:
-                ran.append("replay")
-            return self.ready
-
-    replay = Replay()
+    replay = FakeReplay(lambda tensors: ran.append("replay"))
     monkeypatch.setattr(recording, "record", lambda call, tensors: recording.Outcome(call(), replay))  # type: ignore[arg-type]
     replayer = Replayer("add", "k", lambda run, returned=None: installed.update(run=run, returned=returned),
                         lambda a, b: ran.append("launcher") or a - b, lambda: (torch.zeros(3),),

@@ -218,9 +218,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
             run, launch_into = on_device_of(where, run), on_device_of(where, launch_into)
             declined = replayed_on_device_of(where, plan, run)
 
-        def install(run: Callable[..., Any], returned: Callable[..., Any] | None = None) -> None:
-            self._set_run(plan, run, returned)
-
+        install = functools.partial(self._set_run, plan)
         if name.split("[", 1)[0] not in self._replayable:
             install(run)
             return

@@ -306,10 +306,11 @@ def cuda_device(tensors: Sequence[Any]) -> int | None:
     return None
 
 
-def on_device(device: int) -> AbstractContextManager[Any]:
+def on_device(device: Any) -> AbstractContextManager[Any]:
     """The inputs' GPU made current while their candidates are timed: Triton launches on the
     current device, and the clock's events and synchronize act there, while a model may call with
-    tensors on another GPU than the current one (no ``torch.cuda.set_device``)."""
+    tensors on another GPU than the current one (no ``torch.cuda.set_device``). ``device``: an
+    index or a ``torch.device``."""
     import torch
 
     return torch.cuda.device(device)
@@ -317,10 +318,9 @@ def on_device(device: int) -> AbstractContextManager[Any]:
 
 def on_device_of(device: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn``, each call made with ``device`` current (a launcher of inputs on another GPU)."""
-    import torch
 
     def on_their_device(*args: Any) -> Any:
-        with torch.cuda.device(device):
+        with on_device(device):
             return fn(*args)
 
     return on_their_device
@@ -337,7 +337,7 @@ def replayed_on_device_of(device: Any, plan: Any, launcher: Callable[..., Any]) 
 
     def declined(*inputs: Any) -> Any:
         if torch.cuda.current_device() != index:
-            with torch.cuda.device(index):
+            with on_device(index):
                 return plan.run(*inputs)
         return launcher(*inputs)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 import tkreg
-from tkreg.bench import dispatch
+from tkreg.bench.dispatch import cold, shapes, workloads
 
 
 def test_random_shapes_follow_each_contract_and_repeat_for_a_seed() -> None:
@@ -19,14 +19,14 @@ def test_random_shapes_follow_each_contract_and_repeat_for_a_seed() -> None:
     for op in registry.ops():
         if op.contract.kind == "plain" or not op.cases_in("bench"):
             continue
-        first = dispatch.unseen(op, random.Random(7))
-        assert first == dispatch.unseen(op, random.Random(7))  # the seed in the record reproduces them
-        assert len(first) == dispatch.SHAPES_PER_OP.get(op.contract.kind, dispatch.DEFAULT_SHAPES)
+        first = shapes.unseen(op, random.Random(7))
+        assert first == shapes.unseen(op, random.Random(7))  # the seed in the record reproduces them
+        assert len(first) == shapes.SHAPES_PER_OP.get(op.contract.kind, shapes.DEFAULT_SHAPES)
         variants = {c.variant for c in op.cases_in("bench")} | {""}
         for sig in first:
             dims = dict(sig.dims)
             assert tuple(dims) == (op.contract.dims or tuple(op.cases_in("bench")[0].dims))
-            assert max(dispatch._elements(op.contract.kind, dims)) <= dispatch.MAX_ELEMENTS
+            assert max(shapes._elements(op.contract.kind, dims)) <= shapes.MAX_ELEMENTS
             assert sig.dtype in op.bench_dtypes and sig.variant in variants
             if op.contract.kind == "linear":
                 assert dims["N"] % 64 == 0 and dims["K"] % 64 == 0 and 1 <= dims["M"] <= 8192
@@ -53,15 +53,15 @@ runner = Runner()
 def test_the_same_calls_compare_equal_whatever_their_comments_and_kernel_sources() -> None:
     ours = MODULE.format(kernel="one", source="t, got")
     theirs = MODULE.format(kernel="two", source="t_2, mm")
-    assert dispatch._wrapper_calls([ours]) == dispatch._wrapper_calls([theirs])
-    assert dispatch._wrapper_calls([ours])[0].splitlines()[-1].strip() == "return (buf0, )"
+    assert workloads._wrapper_calls([ours]) == workloads._wrapper_calls([theirs])
+    assert workloads._wrapper_calls([ours])[0].splitlines()[-1].strip() == "return (buf0, )"
 
 
 def test_another_call_compares_unequal_and_a_module_without_one_gives_nothing() -> None:
     ours = MODULE.format(kernel="one", source="a")
     theirs = ours.replace("extern_kernels.mm(arg0_1, arg0_1", "torch.ops.tkreg_dispatch.matmul.default(arg0_1, arg0_1")
-    assert dispatch._wrapper_calls([ours]) != dispatch._wrapper_calls([theirs])
-    assert dispatch._wrapper_calls(["x = 1\n"]) == []
+    assert workloads._wrapper_calls([ours]) != workloads._wrapper_calls([theirs])
+    assert workloads._wrapper_calls(["x = 1\n"]) == []
 
 
 def test_a_warm_call_after_the_same_work_is_timed_right_after_the_other_calls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,8 +79,30 @@ def test_a_warm_call_after_the_same_work_is_timed_right_after_the_other_calls(mo
         return call
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(dispatch.time, "perf_counter", lambda: clock[0])
-    after_peer, after_tkreg = dispatch._after_each_other(called("tkreg", 90.0, 30.0), called("peer", 50.0, 20.0))
+    monkeypatch.setattr(cold.time, "perf_counter", lambda: clock[0])
+    after_peer, after_tkreg = cold._after_each_other(called("tkreg", 90.0, 30.0), called("peer", 50.0, 20.0))
     assert after_peer == pytest.approx(90.0) and after_tkreg == pytest.approx(50.0)
     one_round = ["tkreg"] * 10 + ["peer"] * 11 + ["tkreg"]
     assert log == one_round * 3
+
+
+def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
+    from tkreg.bench.dispatch import picks
+
+    rows = [
+        {"check": "pick", "ratio": 1.0, "pass": True, "choice_pass": True, "graph_ratio": 0.9, "graph_pass": False},
+        {"check": "pick", "ratio": 0.81, "pass": False, "choice_pass": True},
+        {"check": "cold", "warmed": False, "first_us": 30.0, "warm_us": 10.0, "timing_calls": 0, "preload": {"signatures": 2},
+         "warm_after_peer_us": 20.0, "torch_first_us": 15.0, "torch_warm_us": 10.0},
+        {"check": "cold", "warmed": False, "first_us": 12.0, "warm_us": 10.0, "timing_calls": 1},
+        {"check": "cold", "warmed": True, "first_us": 11.0, "warm_us": 10.0, "timing_calls": 0},
+    ]  # fmt: skip
+    got = picks.summary(rows)
+    assert (got["picks"], got["picks_within"], got["choices_within"], got["graph_picks_within"]) == (2, 1, 2, 0)
+    assert got["pick_geomean"] == 0.9
+    got = cold.summary(rows)
+    assert (got["cold_calls"], got["cold_within_2x"], got["cold_timing_calls"]) == (2, 1, 1)
+    assert got["cold_within_2x_after_same_work"] == 1 and got["cold_torch_within_2x"] == 1
+    assert got["cold_preload"] == {"signatures": 2} and got["cold_first_over_warm_median"] == 2.1
+    assert (got["cold_warmed_calls"], got["cold_warmed_within_2x"]) == (1, 1) and "cold_warmed_preload" not in got
+    assert picks.summary([])["pick_share"] is None and cold.summary([]) == {}

@@ -1,0 +1,95 @@
+"""The ``dispatch`` suite: does tkreg.ops run the fastest implementation for the inputs actually
+passed, on this GPU, at the cost of a torch call, in eager, compiled and training use?
+
+1. Pick against best, on shapes nobody chose: per op, random shapes drawn at run time (the seed
+   is recorded) across the sizes its contract names, in its benchmark dtypes and layouts. Each is
+   called once through tkreg.ops (which tunes its bucket), then tkreg.ops, every kernel that takes
+   the inputs (at its launcher's own choice and at each config it offers for tuning) and the peer
+   are timed in the same interleaved rounds, as a model pays a call: back-to-back calls between
+   CUDA events, launch included, each allocating its output. A pick passes within PICK_WITHIN of
+   the fastest of the others. The same calls are then each captured in a CUDA graph and replayed,
+   as a captured model pays them (their GPU time alone), and tkreg.ops (which runs the bucket's
+   choice for captured calls) is judged the same way.
+2. A cold process with the warm cache: the same shapes in a new process make no timing call; its
+   first call of each is timed against a warm call of the same shape: the median of calls made
+   back to back, and a call made after the same work as the first (the peer's calls of the shape).
+3. CUDA graphs: a tuned call captured and replayed gives the bits of an eager call of what it runs
+   (the bucket's choice for captured calls, where it has one).
+4. torch.compile: a Llama-3-8B MLP block (gate, up, down) through the linear op under
+   torch.compile(fullgraph=True), in the default mode and in mode="reduce-overhead" (CUDA
+   graphs), against torch.compile of the same block written with ``@``; and whether Inductor
+   generated the same code for the two.
+5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch;
+   and a forward and backward through each differentiable row op (a norm) at model sizes
+   against the same through its peer, as torch code trains.
+6. Batched linear calls (B, M, K) @ (B, K, N) against torch.bmm.
+
+Modules: :mod:`.shapes` (1's signatures), :mod:`.picks` (1), :mod:`.cold` (2), :mod:`.graphs`
+(3), :mod:`.workloads` (4-6).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+from ...core.loading import default_registry
+from ...core.registry import Registry
+from ..calls import Signature
+from ..suites import Deadline, Measured
+from . import cold, picks
+from .graphs import graph_replays
+from .shapes import unseen
+from .workloads import batched, compiled_mlp, row_training, training_step
+
+
+def measure(deadline: Deadline) -> Measured:
+    """The suite, in the order of the module's docstring, within ``deadline``."""
+    import torch
+
+    from ... import ops
+
+    registry = default_registry()
+    seed = int(os.environ.get("TKREG_BENCH_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    tuned: list[Signature] = []
+    for op in registry.ops():
+        if op.contract.kind == "plain" or not op.cases_in("bench"):
+            continue
+        for sig in unseen(op, rng):
+            deadline.check(f"pick against best for {sig.label}")
+            row = picks.pick_against_best(registry, op, sig)
+            rows.append(row)
+            if "error" not in row:
+                tuned.append(sig)
+    deadline.check("the cold process")
+    rows += cold.cold_process(tuned, min(deadline.left() - 60, 120))
+    deadline.check("CUDA graphs")
+    rows += graph_replays(registry, tuned)
+    linear = [op for op in registry.ops() if op.contract.kind == "linear"]
+    if linear:
+        mm = ops.get(linear[0].name)
+        deadline.check("the compiled MLP")
+        rows += compiled_mlp(mm, linear[0].name)
+        deadline.check("the training step")
+        rows += training_step(mm, linear[0].name)
+        rows += batched(mm, linear[0].name)
+    for op in registry.ops():
+        if op.contract.kind == "rows" and op.grads and op.peer is not None:
+            deadline.check(f"{op.name}'s training step")
+            rows += row_training(registry, op)
+    torch.cuda.synchronize()
+    summary: dict[str, Any] = {"seed": seed, **picks.summary(rows), **cold.summary(rows)}
+    notes = (f"pick: tkreg.ops against the fastest of every kernel (own choice and tuning configs) and the peer on random "
+             f"shapes (seed {seed}), wall time per call as queued back to back (CUDA events, launch included), median of "
+             f"interleaved rounds; pass where the fastest other takes >= {picks.PICK_WITHIN} of tkreg.ops' time (ratio); "
+             f"choice_ratio: the same for the candidate tkreg.ops chose, called directly (without the dispatch).")  # fmt: skip
+    return Measured(kind="dispatch", rows=rows, notes=notes, summary=summary)
+
+
+def signatures(registry: Registry) -> list[Signature]:
+    """Nothing to compile ahead: the shapes are drawn when the suite runs."""
+    return []

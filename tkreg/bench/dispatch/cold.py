@@ -1,0 +1,189 @@
+"""A cold process with a warm cache: the tuned signatures called in a new process, which must make
+no timing call; each one's first call against a warm call of the same shape, and the same for
+torch's own calls of it."""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...core.loading import default_registry
+from ..calls import Signature, make_inputs, peer_call, say
+from .picks import chosen_labels
+
+
+def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict[str, Any]]:
+    """Two new processes over this one's cache: one calls each signature as a model would, the
+    other calls tkreg.ops.warm() first, as a server would at start-up."""
+    if not signatures or timeout_s <= 0:
+        return []
+    from ...ops import remembered
+
+    remembered.flush()  # what this process remembers, written now as its exit would
+    payload = json.dumps([[s.op, list(s.dims), s.dtype, s.variant] for s in signatures])
+    rows: list[dict[str, Any]] = []
+    for warmed in (False, True):
+        code = ("import sys, json; from tkreg.bench.dispatch.cold import cold_calls; "
+                f"print(json.dumps(cold_calls(sys.argv[1], warmed={warmed})))")  # fmt: skip
+        try:
+            done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=timeout_s / 2)
+        except subprocess.TimeoutExpired:
+            late = f"the cold process did not finish within {timeout_s / 2:.0f} s"
+            rows.append({"check": "cold", "warmed": warmed, "error": late})
+            continue
+        if done.returncode != 0:
+            rows.append({"check": "cold", "warmed": warmed, "error": done.stderr.strip()[-500:]})
+            continue
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        for r in got:
+            say(f"  cold{' after warm()' if warmed else ''} {r.get('op')} {r.get('shape')}: first {r.get('first_us')} us, "
+                f"warm {r.get('warm_us')} us, timing calls {r.get('timing_calls')}")  # fmt: skip
+        rows += got
+    return rows
+
+
+def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
+    """In a new process: each signature's first call and a warm call (each synchronized), and how
+    many times tuning timed anything. Before tkreg's, the peer's own first and warm calls of the
+    signature: what torch itself pays the first time it sees a shape (cuBLAS picks its algorithm,
+    a kernel loads) is then paid, and measured, apart from tkreg's own first-call work. With
+    ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row); without, the first row
+    says what the process's first call preloaded."""
+    from ... import ops
+    from ...ops import tuning
+
+    counted = {"n": 0}
+    original = tuning.measure  # the tuner's own name for it: every timing call goes through it
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        counted["n"] += 1
+        return original(*args, **kwargs)
+
+    tuning.measure = counting  # type: ignore[assignment]
+    registry = default_registry()
+    warm_s = None
+    warmed_counts = None
+    if warmed:
+        started = time.perf_counter()
+        warmed_counts = ops.warm()
+        warm_s = round(time.perf_counter() - started, 3)
+    rows = []
+    for op_name, dims, dtype, variant in json.loads(payload):
+        sig = Signature.of(op_name, dict(dims), dtype, variant)
+        inputs = make_inputs(registry, sig, seed=2)
+        op = registry.op(op_name)
+        row: dict[str, Any] = {"check": "cold", "warmed": warmed, "op": op_name, "shape": sig.shape, "dtype": dtype,
+                               "variant": variant}  # fmt: skip
+        if warm_s is not None:
+            row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
+        peer = peer_call(op, inputs, None)  # as torch code calls it
+        if peer is not None:
+            first, warm = _first_and_warm(peer)
+            row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
+        call = functools.partial(ops.get(op_name), *inputs)
+        plans = ops._installed["dispatchers"][op_name]._plans
+        before, planned_before = counted["n"], len(plans)
+        first, warm = _first_and_warm(call)
+        row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
+                   source=_source(op_name, inputs), runs=chosen_labels(op_name, inputs)[0],
+                   planned=len(plans) > planned_before)  # fmt: skip
+        if peer is not None:
+            after_peer, after_tkreg = _after_each_other(call, peer)
+            row.update(warm_after_peer_us=round(after_peer, 1), torch_warm_after_tkreg_us=round(after_tkreg, 1))
+        rows.append(row)
+    if rows and not warmed:
+        from ...ops import warming
+
+        rows[0]["preload"] = warming.preloads.get(0)  # paid by this first call of the process
+    return rows
+
+
+def _after_each_other(call: Callable[[], Any], peer: Callable[[], Any], rounds: int = 3) -> tuple[float, float]:
+    """Warm calls made after the same work as the first calls: tkreg's first call came right after
+    the peer's calls, and a call made after other work pays for the host's caches and clock (a
+    probe read a warm call at 2-3x its back-to-back time right after the peer's calls, on an H100).
+    Medians over ``rounds`` (us) of one synchronized call each: ``call`` right after ten of
+    ``peer``'s, and ``peer`` right after ten of ``call``'s."""
+    after_peer, after_call = [], []
+    for _ in range(rounds):
+        after_call.append(_timed_after(peer, call))
+        after_peer.append(_timed_after(call, peer))
+    return statistics.median(after_peer), statistics.median(after_call)
+
+
+def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_before: int = 10) -> float:
+    """One synchronized call of ``timed`` (us), right after ``calls_before`` calls of ``before``."""
+    import torch
+
+    for _ in range(calls_before):
+        before()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    timed()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e6
+
+
+def _first_and_warm(call: Callable[[], Any]) -> tuple[float, float]:
+    """A call's first time and the median of ten more (us), each synchronized."""
+    import torch
+
+    times = []
+    for _ in range(11):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e6)
+    return times[0], statistics.median(times[1:])
+
+
+def _source(op: str, inputs: tuple[Any, ...]) -> str:
+    from ... import ops
+
+    text = ops.explain(op, *inputs)
+    for source in ("from the tuning cache", "timed in this process", "prior"):
+        if source in text:
+            return source
+    return "nothing to choose"
+
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cold processes' first calls against warm calls (prefix ``cold``, and ``cold_warmed``
+    after tkreg.ops.warm()): within 2x of a call back to back and of one after the same work,
+    timing calls made, what the first call preloaded, and torch's own first calls alike."""
+    got: dict[str, Any] = {}
+    for warmed in (False, True):
+        cold = [r for r in rows if r.get("check") == "cold" and r.get("warmed") is warmed and "first_us" in r]
+        if cold:
+            ratios = sorted(r["first_us"] / r["warm_us"] for r in cold)
+            prefix = "cold_warmed" if warmed else "cold"
+            got[f"{prefix}_first_over_warm_median"] = round(statistics.median(ratios), 2)
+            got[f"{prefix}_within_2x"] = sum(x <= 2.0 for x in ratios)
+            got[f"{prefix}_calls"] = len(ratios)
+            got[f"{prefix}_timing_calls"] = sum(r.get("timing_calls", 0) for r in cold)
+            preloaded = [r["preload"] for r in cold if r.get("preload")]
+            if preloaded:  # what the process's first call loaded ahead (tkreg.ops.warming.preload)
+                got[f"{prefix}_preload"] = preloaded[0]
+            # the same test of torch's own first call of each shape, just before tkreg's
+            peer_ratios = [r["torch_first_us"] / r["torch_warm_us"] for r in cold if r.get("torch_warm_us")]
+            if peer_ratios:
+                got[f"{prefix}_torch_within_2x"] = sum(x <= 2.0 for x in peer_ratios)
+                got[f"{prefix}_torch_calls"] = len(peer_ratios)
+            # against a warm call made after the same work as the first call (see _after_each_other)
+            after = [r["first_us"] / r["warm_after_peer_us"] for r in cold if r.get("warm_after_peer_us")]
+            if after:
+                got[f"{prefix}_within_2x_after_same_work"] = sum(x <= 2.0 for x in after)
+                got[f"{prefix}_calls_after_same_work"] = len(after)
+            torch_after = [r["torch_first_us"] / r["torch_warm_after_tkreg_us"] for r in cold
+                           if r.get("torch_warm_after_tkreg_us")]  # fmt: skip
+            if torch_after:
+                got[f"{prefix}_torch_within_2x_after_same_work"] = sum(x <= 2.0 for x in torch_after)
+    return got

@@ -1,0 +1,141 @@
+"""Pick against best: tkreg.ops on a signature against every kernel that takes its inputs (at its
+launcher's own choice and at each config it offers for tuning) and the peer, timed in the same
+interleaved rounds as a model pays a call; then the same calls replayed from CUDA graphs."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...core.registry import Registry
+from ...core.specs import Op
+from ..calls import Signature, geomean, kernel_call, make_inputs, peer_call, say
+from ..graphed import graphed_us
+
+PICK_WITHIN = 0.95  # tkreg.ops passes where the fastest other candidate takes at least this share of its time
+TIMING_BUDGET_S = 20.0
+
+
+def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, Any]:
+    import torch
+
+    from ... import ops
+    from ...ops.measuring import measure as time_calls
+
+    row: dict[str, Any] = {"check": "pick", "op": op.name, "shape": sig.shape, "dtype": sig.dtype, "variant": sig.variant}
+    try:
+        inputs = make_inputs(registry, sig, seed=1)
+        call = ops.get(op.name)
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        call(*inputs)  # tunes the bucket, as a model's first call does
+        torch.cuda.synchronize()
+        row["first_call_ms"] = round((time.perf_counter() - began) * 1e3, 1)  # the bucket's tuning, compiles included
+        row["decision"] = ops.explain(op.name, *inputs)
+        # every candidate a bound call, no frame of the harness's own around it (the kernels' are calls too)
+        calls: dict[str, Callable[[], Any]] = {"tkreg.ops": functools.partial(call, *inputs)}
+        calls.update(_candidates(registry, op, inputs))
+        # tkreg.ops sits again with the leaders wherever it reads: one held-back sitting is no verdict
+        times = time_calls(calls, TIMING_BUDGET_S, sits_again=("tkreg.ops",))
+    except Exception as e:  # a shape that cannot run is a finding: its row says why
+        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        say(f"  pick {sig.label}: {row['error']}")
+        return row
+    timed = {k: v for k, v in times.items() if isinstance(v, float)}
+    ours = timed.get("tkreg.ops")
+    others = {k: v for k, v in timed.items() if k != "tkreg.ops"}
+    row["times_us"] = {k: round(v, 2) for k, v in timed.items()}
+    row["untimed"] = {k: v for k, v in times.items() if not isinstance(v, float)}
+    if ours and others:
+        best = min(others, key=lambda k: others[k])
+        row.update(best=best, ratio=round(others[best] / ours, 4), tkreg_us=round(ours, 2))
+        row["pass"] = row["ratio"] >= PICK_WITHIN
+        chosen, captured = chosen_labels(op.name, inputs)
+        row["chosen"] = chosen
+        if chosen in others:
+            # the choice itself, timed as a caller of it pays (without tkreg.ops' dispatch)
+            row["choice_ratio"] = round(others[best] / others[chosen], 4)
+            row["choice_pass"] = row["choice_ratio"] >= PICK_WITHIN
+        say(f"  pick {sig.label}: tkreg.ops {ours:.1f} us ({chosen} {others.get(chosen, float('nan')):.1f}), "
+            f"best {best} {others[best]:.1f} us ({row['ratio']:.3f}; choice {row.get('choice_ratio')})")
+        row.update(_replayed_against_best(calls, timed, captured))
+    return row
+
+
+def _replayed_against_best(calls: dict[str, Callable[[], Any]], eager_us: dict[str, float], captured: str) -> dict[str, Any]:
+    """The pick again, every call replayed from a CUDA graph (:mod:`.graphed`): what a captured
+    model pays, its GPU time alone; ``captured``: the candidate tkreg.ops runs there."""
+    try:
+        got = graphed_us(calls, eager_us)
+    except Exception as e:  # the row keeps its eager figures
+        return {"graph_error": f"{type(e).__name__}: {str(e)[:300]}"}
+    timed = {k: v for k, v in got.items() if isinstance(v, float)}
+    row: dict[str, Any] = {"graphed_us": {k: round(v, 2) for k, v in timed.items()},
+                           "not_captured": {k: v for k, v in got.items() if not isinstance(v, float)}}
+    ours = timed.pop("tkreg.ops", None)
+    if ours and timed:
+        best = min(timed, key=lambda k: timed[k])
+        row.update(graph_best=best, graph_ratio=round(timed[best] / ours, 4), graph_chosen=captured)
+        row["graph_pass"] = row["graph_ratio"] >= PICK_WITHIN
+        say(f"    replayed: tkreg.ops {ours:.2f} us ({row['graph_chosen']}), best {best} {timed[best]:.2f} us "
+            f"({row['graph_ratio']:.3f})")
+    return row
+
+
+def chosen_labels(op: str, inputs: tuple[Any, ...]) -> tuple[str, str]:
+    """The candidate tkreg.ops runs for these inputs, and the one it runs in a CUDA graph's
+    capture, as the dispatch suite labels candidates."""
+    from ... import ops
+
+    dispatcher = ops._installed["dispatchers"][op]
+    plan = dispatcher.plan(inputs, dispatcher.params.values({}), tune=False)
+    return candidate_label(plan), candidate_label(plan.graphed if plan.graphed is not None else plan)
+
+
+def candidate_label(plan: Any) -> str:
+    """The candidate a plan runs, as the dispatch suite labels candidates."""
+    return plan.launchers[0][0] if plan.launchers else "peer"
+
+
+def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
+    """Every way to run the inputs as a Python caller would, each allocating its output: every
+    kernel the registry finds for them (own choice and tuning configs), as tkreg.ops runs it
+    (replayed where it declares replay), and the peer."""
+    from ...ops.choosing import Chooser
+
+    found: dict[str, Callable[[], Any]] = {}
+    for kernel in registry.lookup(op.name, inputs=inputs):
+        if kernel.writes:
+            continue
+        launcher = kernel.load()
+        for config in Chooser.tune_configs(kernel, inputs, op.defaults):
+            label = kernel.name if not config else kernel.name + "[" + ",".join(f"{k}={v}" for k, v in config.items()) + "]"
+            found[label] = kernel_call(op, kernel, functools.partial(launcher, **config), inputs)
+    peer = peer_call(op, inputs, None)  # as torch code calls it
+    if peer is not None:
+        found["peer"] = peer
+    return found
+
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The picks' counts within PICK_WITHIN and geometric means: tkreg.ops end to end, its choice
+    called directly, and the replayed calls."""
+    picks = [r for r in rows if r.get("check") == "pick"]
+    passed = [r for r in picks if r.get("pass")]
+    chosen_well = [r for r in picks if r.get("choice_pass")]
+    got: dict[str, Any] = {
+        "picks": len(picks),
+        "picks_within": len(passed),
+        "pick_share": round(len(passed) / len(picks), 3) if picks else None,
+        "pick_geomean": round(geomean(r["ratio"] for r in picks if "ratio" in r), 4) if picks else None,
+        "choices_within": len(chosen_well),
+        "choice_share": round(len(chosen_well) / len(picks), 3) if picks else None,
+    }
+    replayed = [r for r in picks if "graph_ratio" in r]
+    if replayed:
+        got.update(graph_picks=len(replayed), graph_picks_within=sum(bool(r["graph_pass"]) for r in replayed),
+                   graph_geomean=round(geomean(r["graph_ratio"] for r in replayed), 4))
+    return got

@@ -1,0 +1,50 @@
+"""The shapes nobody chose: per op, random signatures drawn across the sizes its contract names,
+in its benchmark dtypes and layouts, from a seed the record keeps."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+from ...core.specs import Op
+from ..calls import Signature
+
+SHAPES_PER_OP = {"linear": 10}  # random shapes per contract kind (others: DEFAULT_SHAPES)
+DEFAULT_SHAPES = 12
+MAX_ELEMENTS = 1 << 26  # per input: keeps each shape's inputs under a few hundred MB
+LINEAR_WIDTHS = (256, 16384)  # N and K of a linear layer: model widths, multiples of 64
+
+
+def unseen(op: Op, rng: random.Random) -> list[Signature]:
+    """Random signatures across the sizes the op's contract names, in its benchmark dtypes and the
+    layouts (case variants) its benchmark cases use."""
+    names = op.contract.dims or tuple(op.cases_in("bench")[0].dims)
+    variants = sorted({c.variant for c in op.cases_in("bench")} | {""})
+    found: list[Signature] = []
+    while len(found) < SHAPES_PER_OP.get(op.contract.kind, DEFAULT_SHAPES):
+        dims = _random_dims(op.contract.kind, names, rng)
+        if max(_elements(op.contract.kind, dims)) > MAX_ELEMENTS:
+            continue
+        found.append(Signature.of(op.name, dims, rng.choice(op.bench_dtypes), rng.choice(variants)))
+    return found
+
+
+def _random_dims(kind: str, names: Sequence[str], rng: random.Random) -> dict[str, int]:
+    def log_uniform(low: int, high: int) -> int:
+        return round(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+    if kind == "linear":
+        m = log_uniform(1, 8192)
+        n, k = (64 * max(1, log_uniform(*LINEAR_WIDTHS) // 64) for _ in range(2))
+        return dict(zip(names, (m, n, k)))
+    return {name: log_uniform(1, 1 << 17) for name in names}
+
+
+def _elements(kind: str, dims: dict[str, int]) -> list[int]:
+    sizes = list(dims.values())
+    if kind == "linear":
+        m, n, k = sizes
+        return [m * k, k * n, m * n]
+    return [math.prod(sizes)]
+

@@ -479,8 +479,8 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                 spread = f"{ratios[0]:.1f}x to {ratios[-1]:.0f}x"
                 groups.append(f"{len(ratios)} {what}: first call {_median(ratios):.1f}x a warm call (median; "
                               f"{spread}; within 2x on {within}{_after_same_work(group)})")  # fmt: skip
-        how = (f"after tkreg.ops.warm() ({mine[0].get('warm_s', '?')} s)" if warmed else
-               "calling each shape as a model would" + _preloaded(mine))  # fmt: skip
+        how = (f"after tkreg.ops.warm() ({mine[0].get('warm_s', '?')} s{_installed(mine, ', after ')})" if warmed else
+               "calling each shape as a model would" + _preloaded(mine) + _installed(mine, " ("))  # fmt: skip
         said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
     torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
                           if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
@@ -498,6 +498,15 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                     "and clock), so each first call is also compared with a warm call made after the same work: "
                     "right after ten of the peer's calls, as the first call was (median of three).")  # fmt: skip
     return " ".join(said)
+
+
+def _installed(rows: Sequence[Mapping[str, Any]], opening: str) -> str:
+    """How long installing tkreg.ops took in the process (plugins, torch operators), before its
+    calls or warm(), where the record says (``opening`` leads the phrase)."""
+    seconds = rows[0].get("install_s")
+    if seconds is None:
+        return ""
+    return f"{opening}installing tkreg.ops: {seconds} s" + (")" if opening.endswith("(") else "")
 
 
 def _preloaded(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -247,11 +247,14 @@ def test_suite_tables_read_the_suites_rows() -> None:
     dispatch["rows"][0]["preload"] = {"signatures": 2, "left": 1, "seconds": 0.5}
     said = "as a model would (its first call, the process's first through tkreg.ops, loaded 2 remembered kernel signatures"
     assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in dispatch_table(dispatch)
+    dispatch["rows"][2]["warm_s"] = 4.0
+    assert "after tkreg.ops.warm() (tkreg.ops.warm() took 4.0 s, installing tkreg.ops included)" in dispatch_table(dispatch)
     for row in dispatch["rows"]:
         row.update(install_s=2.5, **({"warm_s": 1.25} if row["warmed"] else {}))
     text = dispatch_table(dispatch)
-    assert f"{said} ahead in 0.5 s, 1 left to their first calls) (installing tkreg.ops: 2.5 s): 0 timing calls" in text
-    assert "after tkreg.ops.warm() (1.25 s, after installing tkreg.ops: 2.5 s): 0 timing calls" in text
+    said = said.replace("model would (", "model would (installing tkreg.ops took 2.5 s; ")
+    assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in text
+    assert "after tkreg.ops.warm() (installing tkreg.ops took 2.5 s; tkreg.ops.warm() took 1.25 s): 0 timing calls" in text
     assert "Replayed from CUDA graphs" not in dispatch_table(dispatch)  # older records replayed nothing
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

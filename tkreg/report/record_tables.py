@@ -479,8 +479,13 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                 spread = f"{ratios[0]:.1f}x to {ratios[-1]:.0f}x"
                 groups.append(f"{len(ratios)} {what}: first call {_median(ratios):.1f}x a warm call (median; "
                               f"{spread}; within 2x on {within}{_after_same_work(group)})")  # fmt: skip
-        how = (f"after tkreg.ops.warm() ({mine[0].get('warm_s', '?')} s{_installed(mine, ', after ')})" if warmed else
-               "calling each shape as a model would" + _preloaded(mine) + _installed(mine, " ("))  # fmt: skip
+        warm_said = f"tkreg.ops.warm() took {mine[0].get('warm_s', '?')} s"
+        if "install_s" not in mine[0]:  # older records timed installing tkreg.ops inside warm()
+            warm_said += ", installing tkreg.ops included"
+        setup = [_installed(mine), warm_said if warmed else _preloaded(mine)]
+        setup_said = "; ".join(part for part in setup if part)
+        how = "after tkreg.ops.warm()" if warmed else "calling each shape as a model would"
+        how += f" ({setup_said})" if setup_said else ""
         said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
     torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
                           if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
@@ -500,13 +505,11 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
     return " ".join(said)
 
 
-def _installed(rows: Sequence[Mapping[str, Any]], opening: str) -> str:
+def _installed(rows: Sequence[Mapping[str, Any]]) -> str:
     """How long installing tkreg.ops took in the process (plugins, torch operators), before its
-    calls or warm(), where the record says (``opening`` leads the phrase)."""
+    calls or warm(), where the record says."""
     seconds = rows[0].get("install_s")
-    if seconds is None:
-        return ""
-    return f"{opening}installing tkreg.ops: {seconds} s" + (")" if opening.endswith("(") else "")
+    return "" if seconds is None else f"installing tkreg.ops took {seconds} s"
 
 
 def _preloaded(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -515,8 +518,8 @@ def _preloaded(rows: Sequence[Mapping[str, Any]]) -> str:
     if said is None:
         return ""
     left = f", {said['left']} left to their first calls" if said.get("left") else ""
-    return (f" (its first call, the process's first through tkreg.ops, loaded {said.get('signatures')} remembered "
-            f"kernel signatures ahead in {said.get('seconds')} s{left})")  # fmt: skip
+    return (f"its first call, the process's first through tkreg.ops, loaded {said.get('signatures')} remembered "
+            f"kernel signatures ahead in {said.get('seconds')} s{left}")  # fmt: skip
 
 
 def _after_same_work(group: Sequence[Mapping[str, Any]]) -> str:

@@ -2,7 +2,7 @@
 descriptors, the grid, the launch and the ahead-of-time spec. Every check runs before
 anything touches CUDA, so bad inputs and configs fail the same way on a machine with no GPU.
 
-Host time per call matters at small sizes (notes/tuning.md, "Host time per call and tkreg.ops"),
+Host time per call matters at small sizes (notes/tuning.md, "Host time per call"),
 so what does not change between calls is kept: launch plans per (dtype, params) with their
 tkreg.launch.fastlaunch launcher, the plan and grid per input shape, the SM count, and the TMA
 descriptors (tkreg.launch.tma.descriptor)."""

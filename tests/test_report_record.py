@@ -247,6 +247,13 @@ def test_suite_tables_read_the_suites_rows() -> None:
     dispatch["rows"][0]["preload"] = {"signatures": 2, "left": 1, "seconds": 0.5}
     said = "as a model would (its first call, the process's first through tkreg.ops, loaded 2 remembered kernel signatures"
     assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in dispatch_table(dispatch)
+    dispatch["rows"].append({"check": "cold", "warmed": False, "error": "the cold process did not finish within 16 s"})
+    said_failed = "The cold process calling each shape as a model would gave no figures: the cold process did not finish"
+    assert said_failed in dispatch_table(dispatch)
+    dispatch["rows"] = [r for r in dispatch["rows"] if "error" not in r]
+    assert "gave no figures" not in dispatch_table(dispatch)
+    only_failed = {"summary": {"seed": 1}, "rows": [{"check": "cold", "warmed": True, "error": "crashed"}]}
+    assert "The cold process after tkreg.ops.warm() gave no figures: crashed." in dispatch_table(only_failed)
     dispatch["rows"][2]["warm_s"] = 4.0
     assert "after tkreg.ops.warm() (tkreg.ops.warm() took 4.0 s, installing tkreg.ops included)" in dispatch_table(dispatch)
     for row in dispatch["rows"]:

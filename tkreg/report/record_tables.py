@@ -396,8 +396,9 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
     if replayed:
         parts += ["", replayed]
     cold = [r for r in rows if r.get("check") == "cold" and _is_number(r.get("first_us")) and r.get("warm_us")]
-    if cold:
-        parts += ["", _cold_text(cold)]
+    failed = [r for r in rows if r.get("check") == "cold" and r.get("error")]
+    if cold or failed:
+        parts += ["", " ".join(part for part in (_cold_text(cold), _cold_failures(failed)) if part)]
     graphs = [r for r in rows if r.get("check") == "graph"]
     if graphs:
         if all("runs" in r for r in graphs):  # what each captured call ran (older records do not say)
@@ -503,6 +504,15 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                     "and clock), so each first call is also compared with a warm call made after the same work: "
                     "right after ten of the peer's calls, as the first call was (median of three).")  # fmt: skip
     return " ".join(said)
+
+
+def _cold_failures(failed: Sequence[Mapping[str, Any]]) -> str:
+    """The cold processes that gave no figures, and why (a time limit, a crash)."""
+    return " ".join(
+        f"The cold process {'after tkreg.ops.warm()' if r.get('warmed') else 'calling each shape as a model would'} "
+        f"gave no figures: {r['error']}."
+        for r in failed
+    )
 
 
 def _installed(rows: Sequence[Mapping[str, Any]]) -> str:

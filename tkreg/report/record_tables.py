@@ -485,8 +485,7 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
             warm_said += ", installing tkreg.ops included"
         setup = [_installed(mine), warm_said if warmed else _preloaded(mine)]
         setup_said = "; ".join(part for part in setup if part)
-        how = "after tkreg.ops.warm()" if warmed else "calling each shape as a model would"
-        how += f" ({setup_said})" if setup_said else ""
+        how = _cold_process(warmed) + (f" ({setup_said})" if setup_said else "")
         said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
     torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
                           if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
@@ -506,13 +505,14 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
     return " ".join(said)
 
 
+def _cold_process(warmed: bool) -> str:
+    """Which of the two cold processes: one that called tkreg.ops.warm() first, or not."""
+    return "after tkreg.ops.warm()" if warmed else "calling each shape as a model would"
+
+
 def _cold_failures(failed: Sequence[Mapping[str, Any]]) -> str:
     """The cold processes that gave no figures, and why (a time limit, a crash)."""
-    return " ".join(
-        f"The cold process {'after tkreg.ops.warm()' if r.get('warmed') else 'calling each shape as a model would'} "
-        f"gave no figures: {r['error']}."
-        for r in failed
-    )
+    return " ".join(f"The cold process {_cold_process(bool(r.get('warmed')))} gave no figures: {r['error']}." for r in failed)
 
 
 def _installed(rows: Sequence[Mapping[str, Any]]) -> str:

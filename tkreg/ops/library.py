@@ -46,6 +46,7 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from ..core.generated import generated
 from ..core.specs import Op
 from . import keys, native
+from .after_import import after_import
 from .dispatch import Dispatcher
 from .gradients import NoGradientError
 from .training import NOT_TAKEN
@@ -106,6 +107,20 @@ def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, Non
     return slot, overload
 
 
+# What torch.ops.tkreg.<op> runs: real tensors (eager, or a compiled graph running) dispatch;
+# FakeTensors take the static route, or the run-time operator. Defined from text, so it has no
+# source file: triton_op reads a function's source to list the Triton kernels it names (this
+# names none), and imports Inductor to parse it, about 1 s a process that never compiles pays.
+_TRACED_BODY = """
+def body(*inputs, **params):
+    dispatcher = slot.dispatcher
+    if all(type(t) in PLAIN for t in inputs):
+        return dispatcher(*inputs, **params)
+    route = dispatcher.static_route(inputs, params)
+    return route(*inputs) if route is not None else runtime_overload(*inputs, **params)
+"""
+
+
 def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
     name = op.name
     signature = signature_of(op, names)
@@ -120,13 +135,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
     runtime_overload = getattr(getattr(torch.ops, RUNTIME_NAMESPACE), name).default
     _take_plain_calls(runtime, runtime_overload, slot)
 
-    def body(*inputs: Any, **params: Any) -> Any:
-        dispatcher = slot.dispatcher
-        if all(type(t) in _PLAIN for t in inputs):  # real tensors: eager, or a compiled graph running
-            return dispatcher(*inputs, **params)
-        route = dispatcher.static_route(inputs, params)
-        return route(*inputs) if route is not None else runtime_overload(*inputs, **params)
-
+    body = generated(_TRACED_BODY, "body", {"slot": slot, "PLAIN": _PLAIN, "runtime_overload": runtime_overload})
     body.__signature__ = signature  # type: ignore[attr-defined]
     traced = torch.library.triton_op(f"{TRACED_NAMESPACE}::{name}", body, mutates_args=())
     backward_overload = _define_backward(op, slot)
@@ -416,8 +425,9 @@ def _builtin_call(name: str, doc: str, signature: inspect.Signature, dispatcher:
     """``tkreg.ops.<op>`` as one C++ builtin (:mod:`.native`, fast_call.cpp): the fast path of
     :data:`_UNROLLED` without a Python frame, for inputs of any number; anything else it passes to
     ``slow``. torch.compile does not run it: it inlines ``traced`` in its place
-    (``torch.compiler.substitute_in_graph``). None where the extension is not in use, or where that
-    registration fails (the generated Python fast path serves then)."""
+    (``torch.compiler.substitute_in_graph``, registered once the compiler is imported:
+    :mod:`.after_import`). None where the extension is not in use, or where this torch cannot
+    substitute a callable (the generated Python fast path serves then)."""
     make = native.fast_caller()
     if make is None:
         return None
@@ -435,11 +445,14 @@ def _builtin_call(name: str, doc: str, signature: inspect.Signature, dispatcher:
     def polyfill(*inputs: Any, **values: Any) -> Any:
         return _TRACED[number](inputs, values)
 
-    try:
-        torch.compiler.substitute_in_graph(builtin, skip_signature_check=True)(polyfill)
-    except Exception as e:  # another torch's compiler: the Python fast path, which it traces itself
-        log.info("tkreg.ops.%s: the C++ call is not used (torch.compile cannot substitute it: %s)", name, e)
+    if not hasattr(torch.compiler, "substitute_in_graph"):  # another torch: the Python fast path, which it traces itself
+        log.info("tkreg.ops.%s: the C++ call is not used (this torch.compile cannot substitute it)", name)
         return None
+
+    def substitute(dynamo: Any) -> None:
+        torch.compiler.substitute_in_graph(builtin, skip_signature_check=True)(polyfill)
+
+    after_import("torch._dynamo", substitute)  # importing the compiler costs a process that never compiles about 1 s
     return builtin
 
 

@@ -1,0 +1,117 @@
+"""What installing tkreg.ops costs a process: it imports no part of torch's compiler (Dynamo,
+Inductor, SymPy), and torch.compile still traces tkreg.ops' callables once something imports the
+compiler (tkreg.ops.after_import runs the registration then)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tkreg.ops import after_import as hook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_FRESH_PROCESS = """
+import json, sys, warnings
+import torch, tkreg
+from tests.ops_support import ToyPlugin, registry_with, toy_kernel, toy_mul_torch
+from tkreg.ops import native
+
+warnings.simplefilter("ignore")
+tkreg.ops.install(registry_with(ToyPlugin(toy_kernel("toy_torch", toy_mul_torch))))
+compiler = [m for m in ("torch._dynamo", "torch._inductor", "sympy") if m in sys.modules]
+x, y = torch.randn(6, 8), torch.randn(6, 8)
+eager = tkreg.ops.toy_mul(x, y)
+compiled = torch.compile(lambda a, b: tkreg.ops.toy_mul(a, b) + 1, fullgraph=True, backend="aot_eager")(x, y)
+print(json.dumps({"compiler": compiler, "builtin": native.fast_caller() is not None and type(tkreg.ops.toy_mul).__name__,
+                  "eager": torch.equal(eager, x * y), "compiled": torch.equal(compiled, x * y + 1)}))
+"""
+
+
+def test_installing_imports_no_compiler_and_compiling_still_traces_the_callables(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
+           "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _FRESH_PROCESS], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["compiler"] == []
+    assert got["eager"] and got["compiled"]
+    assert got["builtin"] in (False, "builtin_function_or_method")  # the C++ callable, where the extension builds
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A module of its own on sys.path, ``tkreg_probe_<n>``, that no test imported yet."""
+    made: list[str] = []
+
+    def make(body: str = "VALUE = 41\n") -> str:
+        name = f"tkreg_probe_{len(made)}_{tmp_path.name[-12:].replace('-', '_')}"
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+        made.append(name)
+        return name
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield make
+    for name in made:
+        sys.modules.pop(name, None)
+        hook._waiting.pop(name, None)
+
+
+def test_a_module_already_imported_runs_the_function_at_once() -> None:
+    seen: list[ModuleType] = []
+    hook.after_import("json", seen.append)
+    assert seen == [json]
+
+
+def test_the_function_runs_after_the_modules_code_and_the_module_keeps_its_loader(package: Any) -> None:
+    name = package()
+    seen: list[Any] = []
+    hook.after_import(name, lambda module: seen.append((module.VALUE, module.__loader__)))
+    assert seen == []
+    module = __import__(name)
+    assert [value for value, _ in seen] == [41]
+    loader = seen[0][1]
+    assert not isinstance(loader, hook._ThenLoader)
+    assert module.__spec__.loader is loader
+    assert name not in hook._waiting
+
+
+def test_a_failing_function_is_logged_not_raised_into_the_import(package: Any, caplog: pytest.LogCaptureFixture) -> None:
+    name = package()
+    later: list[str] = []
+
+    def broken(module: ModuleType) -> None:
+        raise RuntimeError("no luck")
+
+    hook.after_import(name, broken)
+    hook.after_import(name, lambda module: later.append(module.__name__))
+    with caplog.at_level(logging.WARNING, logger="tkreg.ops"):
+        __import__(name)
+    assert later == [name]  # the next one still ran
+    assert "no luck" in caplog.text and name in caplog.text
+
+
+def test_a_failed_import_leaves_the_function_waiting_for_the_next_try(package: Any, tmp_path: Path) -> None:
+    name = package("raise ImportError('not yet')\n")
+    seen: list[int] = []
+    hook.after_import(name, lambda module: seen.append(module.VALUE))
+    with pytest.raises(ImportError, match="not yet"):
+        __import__(name)
+    assert seen == []
+    (tmp_path / f"{name}.py").write_text("VALUE = 7\n")
+    sys.path_importer_cache.clear()
+    import importlib
+
+    importlib.invalidate_caches()
+    __import__(name)
+    assert seen == [7]

@@ -268,6 +268,11 @@ def _host_goals(op: str, found: Mapping[str, Any]) -> str:
     return f"{op} {found['ops_over_torch']:.2f}x" + (f" ({'; '.join(extra)})" if extra else "")
 
 
+def _spread(sorted_ratios: Sequence[float]) -> str:
+    """"1.1x to 3.4x"; "1.1x to 10897x" (tenths from 10x up say nothing)."""
+    return " to ".join(f"{x:.1f}x" if x < 10 else f"{x:.0f}x" for x in (sorted_ratios[0], sorted_ratios[-1]))
+
+
 def _median(sorted_values: Sequence[float]) -> float:
     return sorted_values[len(sorted_values) // 2]
 
@@ -477,7 +482,7 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
             ratios = sorted(r["first_us"] / r["warm_us"] for r in group)
             if ratios:
                 within = sum(x <= 2.0 for x in ratios)
-                spread = f"{ratios[0]:.1f}x to {ratios[-1]:.0f}x"
+                spread = _spread(ratios)
                 groups.append(f"{len(ratios)} {what}: first call {_median(ratios):.1f}x a warm call (median; "
                               f"{spread}; within 2x on {within}{_after_same_work(group)})")  # fmt: skip
         warm_said = f"tkreg.ops.warm() took {mine[0].get('warm_s', '?')} s"
@@ -496,8 +501,8 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
         after = (f"; within 2x of a warm call made after tkreg.ops' calls on {sum(x <= 2.0 for x in torch_after)} of "
                  f"{len(torch_after)}" if torch_after else "")  # fmt: skip
         said.append(f"Each tkreg first call came after the peer's own first call of the shape, which took "
-                    f"{_median(torch_ratios):.1f}x its warm call (median; {torch_ratios[0]:.1f}x to "
-                    f"{torch_ratios[-1]:.0f}x; within 2x on {within} of {len(torch_ratios)}{after}).")  # fmt: skip
+                    f"{_median(torch_ratios):.1f}x its warm call (median; {_spread(torch_ratios)}; within 2x on {within} "
+                    f"of {len(torch_ratios)}{after}).")  # fmt: skip
     if any(r.get("warm_after_peer_us") for r in cold):
         said.append("A call made right after other work costs more than one of a run of calls (the host's caches "
                     "and clock), so each first call is also compared with a warm call made after the same work: "

@@ -115,3 +115,22 @@ def test_a_failed_import_leaves_the_function_waiting_for_the_next_try(package: A
     importlib.invalidate_caches()
     __import__(name)
     assert seen == [7]
+
+
+def test_a_module_another_thread_imports_while_the_function_is_registered_still_runs_it(
+    package: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = package()
+    real = hook._ensure_finder
+
+    def import_meanwhile() -> None:  # as if another thread's import had found the module just before
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, hook._Finder)])
+            __import__(name)
+        real()
+
+    monkeypatch.setattr(hook, "_ensure_finder", import_meanwhile)
+    seen: list[int] = []
+    hook.after_import(name, lambda module: seen.append(module.VALUE))
+    assert seen == [41]
+    assert hook._waiting.get(name, []) == []

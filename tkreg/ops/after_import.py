@@ -33,10 +33,20 @@ def after_import(name: str, then: Callable[[ModuleType], None]) -> None:
         pending = name not in sys.modules
         if pending:
             _waiting.setdefault(name, []).append(then)
-            if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
-                sys.meta_path.insert(0, _Finder())
+            _ensure_finder()
+    if pending and name in sys.modules:  # another thread's import found the module before the finder was in
+        with _lock:
+            waiting = _waiting.get(name, [])
+            pending = then not in waiting  # else its loader took it, and runs it
+            if not pending:
+                waiting.remove(then)
     if not pending:
         _run(then, importlib.import_module(name))  # waits for an import another thread is making
+
+
+def _ensure_finder() -> None:
+    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
 
 
 def _run(then: Callable[[ModuleType], None], module: ModuleType) -> None:

@@ -51,7 +51,8 @@ def test_installing_imports_no_compiler_and_compiling_still_traces_the_callables
 
 @pytest.fixture
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A module of its own on sys.path, ``tkreg_probe_<n>``, that no test imported yet."""
+    """A module of its own on sys.path, ``tkreg_probe_<n>``, that no test imported yet; the hook's
+    waiting functions and sys.meta_path are the test's own."""
     made: list[str] = []
 
     def make(body: str = "VALUE = 41\n") -> str:
@@ -61,10 +62,11 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         return name
 
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(hook, "_waiting", {})  # what this process's tkreg.ops waits on stays as it is
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     yield make
     for name in made:
         sys.modules.pop(name, None)
-        hook._waiting.pop(name, None)
 
 
 def test_a_module_already_imported_runs_the_function_at_once() -> None:
@@ -84,6 +86,7 @@ def test_the_function_runs_after_the_modules_code_and_the_module_keeps_its_loade
     assert not isinstance(loader, hook._ThenLoader)
     assert module.__spec__.loader is loader
     assert name not in hook._waiting
+    assert not any(isinstance(finder, hook._Finder) for finder in sys.meta_path)  # nothing waits: later imports skip it
 
 
 def test_a_failing_function_is_logged_not_raised_into_the_import(package: Any, caplog: pytest.LogCaptureFixture) -> None:

@@ -99,6 +99,8 @@ class _ThenLoader(importlib.abc.Loader):
         self.loader.exec_module(module)  # a failed import leaves the functions waiting for the next try
         with _lock:
             waiting = _waiting.pop(self.name, [])
+            if not _waiting:  # nothing left to wait for: later imports skip the finder
+                sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _Finder)]
         for then in waiting:
             _run(then, module)
 

@@ -49,6 +49,47 @@ def test_installing_imports_no_compiler_and_compiling_still_traces_the_callables
     assert got["builtin"] in (False, "builtin_function_or_method")  # the C++ callable, where the extension builds
 
 
+_SUBSTITUTION_FAILS = """
+import json, logging, sys, warnings
+import torch, tkreg
+from tests.ops_support import ToyPlugin, registry_with, toy_kernel, toy_mul_torch
+from tkreg.ops import native
+
+def refuse(original, **options):
+    raise RuntimeError("this torch will not substitute it")
+
+warnings.simplefilter("ignore")
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+torch.compiler.substitute_in_graph = refuse  # as a torch would whose checks the C++ callable fails
+tkreg.ops.install(registry_with(ToyPlugin(toy_kernel("toy_torch", toy_mul_torch))))
+before = tkreg.ops.toy_mul
+x, y = torch.randn(6, 8), torch.randn(6, 8)
+compiled = torch.compile(lambda a, b: tkreg.ops.toy_mul(a, b) + 1, fullgraph=True, backend="aot_eager")(x, y)
+after = tkreg.ops.toy_mul
+print(json.dumps({"builtin": native.fast_caller() is not None, "before": type(before).__name__,
+                  "after": type(after).__name__, "got": after is tkreg.ops.get("toy_mul"),
+                  "compiled": torch.equal(compiled, x * y + 1), "eager": torch.equal(after(x, y), x * y),
+                  "old_eager": torch.equal(before(x, y), x * y)}))
+"""
+
+
+def test_a_failed_substitution_leaves_the_python_fast_path_which_compiles(tmp_path: Path) -> None:
+    """Where torch's compiler refuses the C++ callable once it is imported, tkreg.ops.<op> becomes
+    the Python fast path (which the compiler traces itself), with a warning that says so."""
+    pytest.importorskip("torch")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
+           "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _SUBSTITUTION_FAILS], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    if not got["builtin"]:
+        pytest.skip("the C++ extension is not in use here: tkreg.ops.<op> is the Python fast path from the start")
+    assert got["before"] == "builtin_function_or_method" and got["after"] == "function" and got["got"]
+    assert got["compiled"] and got["eager"] and got["old_eager"]
+    assert "cannot trace its C++ call" in run.stderr and "this torch will not substitute it" in run.stderr
+
+
 @pytest.fixture
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A module of its own on sys.path, ``tkreg_probe_<n>``, that no test imported yet; the hook's

@@ -83,6 +83,22 @@ def uninstall() -> None:
     _installed.update(registry=None, ops={}, dispatchers={})
 
 
+def _replace_callable(name: str, old: Callable[..., Any], new: Callable[..., Any]) -> bool:
+    """Make ``new`` op ``name``'s callable wherever install() put ``old`` (this module's attribute,
+    get(), what warming calls); False, changing nothing, where ``old`` is no longer it (a later
+    install). A reference a caller took before keeps ``old``."""
+    if _installed["ops"].get(name) is not old:
+        return False
+    _installed["ops"][name] = new
+    dispatcher = _installed["dispatchers"][name]
+    if dispatcher.entry is old:
+        dispatcher.entry = new
+    module = globals()
+    if module.get(name) is old:
+        module[name] = new
+    return True
+
+
 def _ops() -> dict[str, Callable[..., Any]]:
     if _installed["registry"] is None:
         install()

@@ -397,21 +397,25 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         schema = signature_of(op, names)
         shown = schema.replace(parameters=[p.replace(kind=inspect.Parameter.POSITIONAL_ONLY) if p.name in names else p
                                            for p in schema.parameters.values()])  # fmt: skip
+
+    def python_call() -> Callable[..., Any]:
+        if 1 <= arity <= keys.MAX_UNROLLED:
+            call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, dispatcher.grad_index, slow, traced)
+        else:
+            call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow, traced)
+        call.__name__ = call.__qualname__ = op.name
+        call.__doc__ = doc
+        if shown is not None:
+            count = len(dispatcher.returned)
+            returns = torch.Tensor if count == 1 else tuple.__class_getitem__((torch.Tensor,) * count)
+            call.__signature__ = shown.replace(return_annotation=returns)  # type: ignore[attr-defined]
+        return call
+
     if shown is not None and arity >= 1:
-        builtin = _builtin_call(op.name, doc, shown, dispatcher, slow, traced)
+        builtin = _builtin_call(op.name, doc, shown, dispatcher, slow, traced, python_call)
         if builtin is not None:
             return builtin
-    if 1 <= arity <= keys.MAX_UNROLLED:
-        call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, dispatcher.grad_index, slow, traced)
-    else:
-        call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow, traced)
-    call.__name__ = call.__qualname__ = op.name
-    call.__doc__ = doc
-    if shown is not None:
-        count = len(dispatcher.returned)
-        returns = torch.Tensor if count == 1 else tuple.__class_getitem__((torch.Tensor,) * count)
-        call.__signature__ = shown.replace(return_annotation=returns)  # type: ignore[attr-defined]
-    return call
+    return python_call()
 
 
 # What torch.compile runs in place of each builtin tkreg.ops.<op>, by number. Its polyfill reads it
@@ -421,13 +425,15 @@ _TRACED: dict[int, Callable[..., Any]] = {}
 
 
 def _builtin_call(name: str, doc: str, signature: inspect.Signature, dispatcher: Dispatcher, slow: Callable[..., Any],
-                  traced: Callable[..., Any]) -> Callable[..., Any] | None:
+                  traced: Callable[..., Any], python_call: Callable[[], Callable[..., Any]]) -> Callable[..., Any] | None:
     """``tkreg.ops.<op>`` as one C++ builtin (:mod:`.native`, fast_call.cpp): the fast path of
     :data:`_UNROLLED` without a Python frame, for inputs of any number; anything else it passes to
     ``slow``. torch.compile does not run it: it inlines ``traced`` in its place
     (``torch.compiler.substitute_in_graph``, registered once the compiler is imported:
     :mod:`.after_import`). None where the extension is not in use, or where this torch cannot
-    substitute a callable (the generated Python fast path serves then)."""
+    substitute a callable (the generated Python fast path serves then). Should the registration
+    fail when the compiler is imported, ``python_call()`` (that fast path, which the compiler traces
+    itself) becomes tkreg.ops.<op> from then on."""
     make = native.fast_caller()
     if make is None:
         return None
@@ -450,7 +456,14 @@ def _builtin_call(name: str, doc: str, signature: inspect.Signature, dispatcher:
         return None
 
     def substitute(dynamo: Any) -> None:
-        torch.compiler.substitute_in_graph(builtin, skip_signature_check=True)(polyfill)
+        try:
+            torch.compiler.substitute_in_graph(builtin, skip_signature_check=True)(polyfill)
+        except Exception as e:
+            from . import _replace_callable
+
+            now = ("; tkreg.ops.<op> is the Python fast path from now on, which it traces (a reference taken "
+                   "before still breaks the graph)") if _replace_callable(name, builtin, python_call()) else ""  # fmt: skip
+            log.warning("tkreg.ops.%s: torch.compile cannot trace its C++ call (%s: %s)%s", name, type(e).__name__, e, now)
 
     after_import("torch._dynamo", substitute)  # importing the compiler costs a process that never compiles about 1 s
     return builtin

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.ops_support import ToyPlugin, assert_sum_close, registry_with, toy_kernel, toy_mul_torch
+from tkreg.core.errors import TkregError
 from tkreg.ops import capturing as tkreg_capturing
 from tkreg.ops import choosing, dispatch, measuring, tuning, tuning_cache, warming
 from tkreg.ops.measuring import PEER
@@ -267,6 +268,25 @@ def test_tkreg_tune_has_help_and_says_it_needs_a_gpu(tmp_path: Path) -> None:
     refused = subprocess.run([sys.executable, "-m", "tkreg.cli", "tune", "matmul", "--shape", "M=16,N=64,K=64"],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "times kernels on a CUDA GPU; this machine has none" in refused.stderr
+
+
+def test_the_package_functions_stay_functions_once_its_modules_are_imported() -> None:
+    """Importing a module of tkreg.ops sets the package's attribute of that name, so no module may
+    be named as one of its functions (tkreg.ops.tune was its own module after a first call)."""
+    import importlib
+    import pkgutil
+    import types
+
+    import tkreg.ops
+
+    for module in pkgutil.iter_modules(tkreg.ops.__path__):
+        importlib.import_module(f"tkreg.ops.{module.name}")
+    shadowed = [name for name in tkreg.ops.__all__ if isinstance(getattr(tkreg.ops, name), types.ModuleType)]
+    assert shadowed == []
+    if not torch.cuda.is_available():  # the same clear error each time, not "'module' object is not callable"
+        for _ in range(2):
+            with pytest.raises(TkregError, match="times kernels on a CUDA GPU"):
+                tkreg.ops.tune("matmul", [{"M": 16, "N": 64, "K": 64}])
 
 
 def test_a_model_config_gives_each_distinct_linear_shape() -> None:
@@ -568,7 +588,7 @@ def test_tune_with_training_times_and_reports_the_training_choice(one_gpu: Path,
     forward, the bucket's training choice is timed, cached and said; without it, nothing is."""
     import tkreg.ops
     from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin
-    from tkreg.ops.tune import _tuned
+    from tkreg.ops.prefill import _tuned
 
     monkeypatch.setattr(measuring, "_cuda_clock", step_clock(0.050, 0.080))
     try:
@@ -1001,7 +1021,7 @@ def test_a_call_captured_in_a_cuda_graph_runs_the_fastest_replayed_candidate_and
     text = two_kernels.explain("toy_mul", x, y)
     assert text.startswith("tkreg.ops.toy_mul calls toy_fast")
     assert "a call captured in a CUDA graph runs peer, the fastest replayed (4.0 us a call against 9.5)" in text
-    from tkreg.ops.tune import _tuned
+    from tkreg.ops.prefill import _tuned
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     dispatcher = two_kernels._installed["dispatchers"]["toy_mul"]

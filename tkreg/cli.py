@@ -329,7 +329,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Fill the tuning cache for the shapes given (or a model's linear layers) and say what won."""
     from .core.errors import TkregError
     from .ops.model_shapes import read_config
-    from .ops.tune import tune, tune_model
+    from .ops.prefill import tune, tune_model
 
     try:
         if args.model:

@@ -16,6 +16,7 @@ See :mod:`tkreg.ops.dispatch` for how a call picks its kernel and what is cached
 
 from __future__ import annotations
 
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
@@ -36,11 +37,9 @@ __all__ = [
     "uninstall",
     "warm",
 ]
-# Op names that stay reachable through get() only: they would hide this module's own names.
-_RESERVED = {
-    *__all__, "capturing", "choosing", "deferred", "dispatch", "forms", "gradients", "keys", "library", "model_shapes", "native",
-    "remembered", "tuning", "walltime", "warming",
-}
+# Op names that stay reachable through get() only: they would hide this package's own names, its
+# functions and its modules (importing a module sets the package's attribute of that name).
+_RESERVED = {*__all__, *(module.name for module in pkgutil.iter_modules(__path__))}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
 
@@ -128,8 +127,8 @@ def explain(op: str, *inputs: Any, **params: Any) -> str:
 def tune(op: str, shapes: Any, dtype: str = "bfloat16", variant: str = "", params: Any = None,
          training: bool = False) -> Any:
     """Fill the tuning cache for ``op`` on inputs of each shape, with ``training`` its training
-    choices too (see :mod:`tkreg.ops.tune`)."""
-    from .tune import tune as run
+    choices too (see :mod:`tkreg.ops.prefill`)."""
+    from .prefill import tune as run
 
     return run(op, shapes, dtype, variant, params, training)
 
@@ -137,8 +136,8 @@ def tune(op: str, shapes: Any, dtype: str = "bfloat16", variant: str = "", param
 def tune_model(config: Any, op: str | None = None, tokens: Any = None, dtype: str = "bfloat16",
                training: bool = False) -> Any:
     """Fill the tuning cache for a model's linear layers, with ``training`` their training
-    choices too (see :mod:`tkreg.ops.tune`)."""
-    from .tune import tune_model as run
+    choices too (see :mod:`tkreg.ops.prefill`)."""
+    from .prefill import tune_model as run
 
     return run(config, op, tokens, dtype, training)
 

@@ -5,6 +5,7 @@ its formula, its peer, or a clear error, eagerly and compiled."""
 
 from __future__ import annotations
 
+import linecache
 import warnings
 from typing import Any
 
@@ -224,10 +225,14 @@ def test_backward_kernels_never_read_outputs_a_peer_left_unwritten(recorded: Non
     tkreg.ops call is the peer's own: torch's autograd, no formula.)"""
     ops = install(registry_with(RmsPlugin(RMS_BACKWARD, formula=True, peer_y_only=True)))  # no forward kernel
     x, w, grad = _rms_leaves(29)
-    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs"):
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="no registered kernel takes these inputs") as forward:
         y = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]
-    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="differentiates through its peer rms_peer: the forward ran the peer"):
+    through_peer = "differentiates through its peer rms_peer: the forward ran the peer"
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match=through_peer) as backward:
         y.backward(grad)
+    # each names the caller's own line: through torch's operator, and through autograd's engine
+    assert [(r.filename, linecache.getline(r.filename, r.lineno).strip()) for r in (*forward, *backward)] == [
+        (__file__, "y = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)[0]"), (__file__, "y.backward(grad)")]
     _assert_rms_grads(x, w, grad, 0.5)
     assert not calls("rms_backward_torch") and not calls("rms_formula") and len(calls("rms_peer")) == 2  # forward, recompute
     x.grad = w.grad = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import re
 from pathlib import Path
 from typing import Any
@@ -243,8 +244,10 @@ def test_tkreg_ops_returns_the_returned_outputs_and_torch_ops_all_of_them(toy_op
 def test_the_peer_fills_every_output(toy_ops: Any) -> None:
     x, w = _rand(3, 8, seed=15), _rand(8, seed=16)
     install(registry_with(RmsPlugin()))  # no kernel: the peer, with out= a tuple
-    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="the op has no kernels"):
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="the op has no kernels") as warned:
         y = tkreg.ops.toy_rms_norm(x, w, eps=0.5)
+    assert [(r.filename, linecache.getline(r.filename, r.lineno).strip()) for r in warned] == [
+        (__file__, "y = tkreg.ops.toy_rms_norm(x, w, eps=0.5)")]  # the caller's own line
     _, rstd = torch.ops.tkreg.toy_rms_norm(x, w, eps=0.5)
     torch.testing.assert_close(y.double(), _rms64(x, w, 0.5)[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(rstd.double(), _rms64(x, w, 0.5)[1], atol=1e-5, rtol=1e-5)

@@ -25,6 +25,9 @@ def generated(text: str, name: str, scope: dict[str, Any]) -> Callable[..., Any]
     return made
 
 
+GENERATED_FILE = "<tkreg generated"  # how the file name of every function made here begins
+
+
 @functools.lru_cache(maxsize=1024)
 def _compiled(text: str, name: str) -> CodeType:
-    return compile(text, f"<tkreg generated {name}>", "exec")
+    return compile(text, f"{GENERATED_FILE} {name}>", "exec")

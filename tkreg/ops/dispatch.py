@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.errors import InputError
+from ..core.generated import GENERATED_FILE
 from ..core.registry import Registry
 from ..core.specs import Kernel, Op
 from . import capturing, choosing, keys, remembered, warming
@@ -50,6 +53,21 @@ log = logging.getLogger("tkreg.ops")
 
 # Calls made ahead of a capture of the candidate captured calls run (the load, the recording, a replay).
 WARM_CALLS = 3
+
+
+def callers_level() -> int:
+    """The ``stacklevel`` that makes a warning raised by this function's caller name the caller's
+    own code: the first frame outward that is neither tkreg's nor torch's (nor a function tkreg
+    generated). A call reaches a warning through paths of different depths (the C++ callable or
+    Python, torch's operator, autograd's engine for a backward)."""
+    import torch
+
+    inside = (os.path.dirname(os.path.dirname(__file__)) + os.sep, os.path.dirname(torch.__file__) + os.sep)
+    frame, level = sys._getframe(2), 2  # the frame that calls warnings.warn is level 1
+    while frame is not None and (frame.f_code.co_filename.startswith(inside)
+                                 or frame.f_code.co_filename.startswith(GENERATED_FILE)):  # fmt: skip
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class PeerFallbackWarning(UserWarning):
@@ -348,13 +366,13 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         else:
             plan.run, plan.returned = run, returned
 
-    def warn_peer(self, reason: str, what: str = "calls", stacklevel: int = 4) -> None:
+    def warn_peer(self, reason: str, what: str = "calls") -> None:
         if self.op.peer is None or reason in self._warned:
             return
         self._warned.add(reason)
-        # stacklevel: the caller of tkreg.ops.<op> when a new signature falls back (eager path)
         warnings.warn(
-            f"tkreg.ops.{self.op.name} {what} its peer {self.op.peer_name}: {reason}", PeerFallbackWarning, stacklevel=stacklevel
+            f"tkreg.ops.{self.op.name} {what} its peer {self.op.peer_name}: {reason}", PeerFallbackWarning,
+            stacklevel=callers_level(),
         )
 
     def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:

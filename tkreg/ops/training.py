@@ -288,7 +288,7 @@ class Training:
             log.info("tkreg.ops.%s backward uses its formula: %s", self.op.name, "; ".join(plan.reasons))
         elif self.op.peer is not None:
             plan.run = gradients.peer_run(self.op, plan, self.grad_index, self.differentiable)
-            self.warn_peer("; ".join([*plan.reasons, "no backward formula"]), what="differentiates through", stacklevel=2)
+            self.warn_peer("; ".join([*plan.reasons, "no backward formula"]), what="differentiates through")
         else:
             message = (f"tkreg.ops.{self.op.name} has no gradient for these inputs: {'; '.join(plan.reasons)}; "
                        f"op {self.op.name!r} has no backward formula (Op(backward=...)) and no peer to differentiate")

@@ -90,6 +90,56 @@ def test_a_failed_substitution_leaves_the_python_fast_path_which_compiles(tmp_pa
     assert "cannot trace its C++ call" in run.stderr and "this torch will not substitute it" in run.stderr
 
 
+_THREADS_FIRST_USE = """
+import json, sys, threading, warnings
+import torch, tkreg
+
+warnings.simplefilter("ignore")
+if "rms_norm" not in [op.name for op in tkreg.default_registry().ops()]:
+    print(json.dumps({"skip": "the norms plugin is not installed"}))
+    sys.exit()
+start, errors = threading.Barrier(6), []
+
+def first_use(seed):
+    try:
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(3 + seed, 40 + seed, generator=g, requires_grad=True)
+        w = torch.randn(40 + seed, generator=g, requires_grad=True)
+        start.wait()
+        y = tkreg.ops.rms_norm(x, w, eps=0.5)  # every thread's first use of tkreg.ops at once
+        y.sum().backward()
+        x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        want = torch.nn.functional.rms_norm(x64, (x64.shape[-1],), w64, eps=0.5)
+        want.sum().backward()
+        for got, ref in ((y, want), (x.grad, x64.grad), (w.grad, w64.grad), (tkreg.ops.sum_row(x.detach()), x64.sum(-1))):
+            torch.testing.assert_close(got.double(), ref, atol=1e-4, rtol=1e-4)
+    except Exception as e:
+        errors.append(f"{seed}: {type(e).__name__}: {e}")
+
+threads = [threading.Thread(target=first_use, args=(i,)) for i in range(6)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(json.dumps({"errors": errors, "kernel": tkreg.ops.explain("rms_norm", torch.randn(2, 40), torch.randn(40))}))
+"""
+
+
+def test_threads_that_first_use_tkreg_ops_together_get_one_install(tmp_path: Path) -> None:
+    """Installing tkreg.ops once for threads that use it first at the same moment (each used to
+    install, and the torch operators failed to register: outputs without gradients), and Triton's
+    interpreter, which keeps the running kernel in process-wide state, run one kernel at a time."""
+    pytest.importorskip("torch")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
+           "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _THREADS_FIRST_USE], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    if "skip" in got:
+        pytest.skip(got["skip"])
+    assert got["errors"] == [] and "calls rms_norm_triton" in got["kernel"]  # a Triton kernel, interpreted
+    assert "no torch operator" not in run.stderr
+
+
 @pytest.fixture
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A module of its own on sys.path, ``tkreg_probe_<n>``, that no test imported yet; the hook's

@@ -72,7 +72,7 @@ def reload() -> Registry:
     """Forget the cached registry (and tkreg.ops built from it) and load the plugins again."""
     from .core import loading
 
-    loading.default_registry.cache_clear()
+    loading.forget_default_registry()
     built = sys.modules.get(f"{__name__}.ops")
     if built is not None:
         built.uninstall()

@@ -12,9 +12,9 @@ lacks it); :func:`unknown_selected` finds such names, for the CLI and the pytest
 from __future__ import annotations
 
 import difflib
-import functools
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
@@ -33,11 +33,25 @@ ENV_VAR = "TKREG_PLUGINS"
 _SPEC_TYPES: dict[str, type] = {"op": Op, "scheduler": Scheduler, "kernel": Kernel}
 
 
-@functools.lru_cache(maxsize=1)
+_default: list[Registry] = []  # the one default registry, once built
+_building = threading.RLock()  # reentrant: a plugin's import may ask for the registry
+
+
 def default_registry() -> Registry:
-    """The registry of installed plugins (entry points, filtered by TKREG_PLUGINS), built once;
-    ``default_registry.cache_clear()`` forgets it."""
-    return build_registry()
+    """The registry of installed plugins (entry points, filtered by TKREG_PLUGINS), built once,
+    by one thread where several ask at once; :func:`forget_default_registry` forgets it."""
+    if _default:
+        return _default[0]
+    with _building:
+        if not _default:
+            _default.append(build_registry())
+        return _default[0]
+
+
+def forget_default_registry() -> None:
+    """The next :func:`default_registry` loads the plugins again."""
+    with _building:
+        _default.clear()
 
 
 def selected_names(env: Mapping[str, str] | None = None) -> set[str] | None:

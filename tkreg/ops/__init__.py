@@ -17,6 +17,7 @@ See :mod:`tkreg.ops.dispatch` for how a call picks its kernel and what is cached
 from __future__ import annotations
 
 import pkgutil
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -42,12 +43,21 @@ __all__ = [
 _RESERVED = {*__all__, *(module.name for module in pkgutil.iter_modules(__path__))}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
+# One install at a time: threads that first use tkreg.ops together get one set of callables and
+# torch operators (registering an operator twice at once fails). Reentrant: installing imports
+# plugins, which may use tkreg.ops.
+_installing = threading.RLock()
 
 
 def install(registry: Any = None) -> list[str]:
     """Build the callables for every op of ``registry`` (default: the installed plugins' registry) and
     make them this module's attributes, replacing those of a previous install; returns their
     names. Called on first use; call it again after tkreg.reload() or to use another registry."""
+    with _installing:
+        return _install(registry)
+
+
+def _install(registry: Any) -> list[str]:
     from ..core.loading import default_registry
     from .dispatch import Dispatcher
     from .library import entry_point, torch_operator
@@ -67,19 +77,21 @@ def install(registry: Any = None) -> list[str]:
         ops[op.name] = dispatcher.entry = entry_point(dispatcher, overload, slot.differentiable if slot is not None else None)
         if slot is not None:
             slot.entry = ops[op.name]
-    _installed.update(registry=registry, ops=ops, dispatchers=dispatchers)
+    _installed.update(ops=ops, dispatchers=dispatchers)
     for name, fn in ops.items():
         if name.isidentifier() and name not in _RESERVED:
             module[name] = fn
+    _installed["registry"] = registry  # last: a first use that finds it set finds everything else
     return sorted(ops)
 
 
 def uninstall() -> None:
     """Forget the callables; the next use builds them again from tkreg.default_registry()."""
-    module = globals()
-    for name in _installed["ops"]:
-        module.pop(name, None)
-    _installed.update(registry=None, ops={}, dispatchers={})
+    with _installing:
+        module = globals()
+        for name in _installed["ops"]:
+            module.pop(name, None)
+        _installed.update(registry=None, ops={}, dispatchers={})
 
 
 def _replace_callable(name: str, old: Callable[..., Any], new: Callable[..., Any]) -> bool:
@@ -100,7 +112,9 @@ def _replace_callable(name: str, old: Callable[..., Any], new: Callable[..., Any
 
 def _ops() -> dict[str, Callable[..., Any]]:
     if _installed["registry"] is None:
-        install()
+        with _installing:
+            if _installed["registry"] is None:  # another thread's first use may have installed meanwhile
+                _install(None)
     return _installed["ops"]
 
 

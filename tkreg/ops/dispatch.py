@@ -38,7 +38,7 @@ from ..core.registry import Registry
 from ..core.specs import Kernel, Op
 from . import capturing, choosing, keys, remembered, warming
 from .choosing import Chooser, Decision, on_device_of, replayed_on_device_of
-from .deferred import Deferred, loaded
+from .deferred import Deferred, plan_launcher
 from .forms import Form, KernelView, form_for, outputs_allocator
 from .gradients import BackwardPlan
 from .measuring import PEER
@@ -177,7 +177,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
             return
 
         name, launch = plan.launchers[0]
-        launch = loaded(launch)
+        launch = plan_launcher(launch)
         plan.launchers[0] = (name, launch)
         view = plan.view
         assert view is not None  # a plan with launchers always has a view

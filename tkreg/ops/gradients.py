@@ -14,7 +14,7 @@ from ..core import refs
 from ..core.errors import InputError
 from ..core.refs import keywords_of
 from ..core.specs import Op
-from .deferred import loaded
+from .deferred import plan_launcher
 from .forms import KernelView, OutputLayout, as_tuple
 
 log = logging.getLogger("tkreg.ops")
@@ -52,7 +52,7 @@ def kernel_run(
     import torch
 
     name, launch = plan.launchers[0]
-    launch = loaded(launch)
+    launch = plan_launcher(launch)
     plan.launchers[0] = (name, launch)
     view, layouts, params = plan.view, plan.outputs, plan.params
     assert view is not None

@@ -375,6 +375,53 @@ def test_an_input_without_a_gradient_that_wants_one_skips_the_fast_way_to_the_pe
     assert w.grad is None and x.grad is not None
 
 
+@pytest.fixture
+def without_operators(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch refuses to define tkreg's operators (as a torch without these APIs would)."""
+    from tkreg.ops import library
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("this torch defines no such operator")
+
+    monkeypatch.setattr(library, "_define", refuse)
+    monkeypatch.setattr(library, "_REGISTERED", {})
+
+
+def test_without_a_torch_operator_gradients_go_through_the_peer(recorded: None, without_operators: None) -> None:
+    """tkreg's autograd comes with the torch operator: without one, a call that wants a gradient
+    is the peer's own, with a warning that says why, never outputs that drop the gradient."""
+    ops = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, formula=True)))
+    x, w, grad = _rms_leaves(41)
+    with torch.no_grad():
+        ops.toy_rms_norm(x, w, eps=0.5)  # no gradient wanted: the kernel
+    assert len(calls("rms_torch")) == 1 and not calls("rms_peer")
+    with pytest.warns(tkreg.ops.PeerFallbackWarning, match="it has no torch operator: torch would not define its operator"):
+        y = ops.toy_rms_norm(x, w, eps=0.5)
+    assert y.requires_grad and y.shape == x.shape
+    y.backward(grad)
+    _assert_rms_grads(x, w, grad, 0.5)
+    assert len(calls("rms_peer")) == 1 and len(calls("rms_torch")) == 1 and not calls("rms_backward_torch")
+
+
+def test_without_a_torch_operator_an_input_the_op_gives_no_gradient_gets_none(recorded: None, without_operators: None) -> None:
+    ops = install(registry_with(RmsPlugin(RMS_BACKWARD, grads=("x",))))
+    x, w, grad = _rms_leaves(42)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tkreg.ops.PeerFallbackWarning)
+        ops.toy_rms_norm(x, w, eps=0.5).backward(grad)
+    want_x, _ = _rms_grads64(x, w, grad, 0.5)
+    torch.testing.assert_close(x.grad.double(), want_x, atol=1e-4, rtol=1e-4)
+    assert w.grad is None
+
+
+def test_without_a_torch_operator_or_a_peer_a_gradient_is_a_clear_error(recorded: None, without_operators: None) -> None:
+    ops = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer=False)))
+    x, w, _ = _rms_leaves(43)
+    with pytest.raises(tkreg.ops.NoGradientError, match=r"it has no torch operator.*has no peer to differentiate"):
+        ops.toy_rms_norm(x, w, eps=0.5)
+    assert not calls("rms_torch")  # refused before any launch
+
+
 def test_a_full_peer_that_lays_out_an_output_otherwise_is_not_used(recorded: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full peer whose rstd is not the op's (here float64) is not used: the outputs stay the
     peer's, rstd unwritten, and gradients flow through the peer as before."""

@@ -104,6 +104,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         # reads what every op remembers there, so that each other op's first call finds it read
         self.siblings: dict[str, Dispatcher] = {}
         self.entry: Callable[..., Any] | None = None  # tkreg.ops.<op> itself (tkreg.ops.install): what warming calls
+        self.no_operator: str | None = None  # why the op has no torch operator, where it has none (library.torch_operator)
         self._peer_out_default: bool | None = None  # the peer's out= defaults to None (None: not asked yet)
         self._bound_peers: dict[tuple[Any, ...], Callable[..., Any]] = {}  # parameter values -> the peer bound to them
         self._replayable = frozenset(k.name for k in registry.kernels(op.name) if k.replayable)

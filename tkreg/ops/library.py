@@ -90,6 +90,8 @@ def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, Non
     op = dispatcher.op
     names = dispatcher.form.input_names
     if names is None or not op.name.isidentifier():
+        dispatcher.no_operator = (f"its name {op.name!r} is not a Python identifier" if names is not None
+                                  else "its calling contract does not name its inputs")  # fmt: skip
         return None, None
     schema_key = (names, tuple((p.name, p.kind, p.default) for p in op.params), len(op.outputs))
     known = _REGISTERED.get(op.name)
@@ -102,6 +104,7 @@ def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, Non
         overload = _define(op, names, slot)
     except Exception as e:  # a torch without these APIs, or a name taken with another schema: eager calls only
         log.warning("tkreg.ops.%s: no torch operator (%s: %s); eager calls only", op.name, type(e).__name__, e)
+        dispatcher.no_operator = f"torch would not define its operator ({type(e).__name__}: {e})"
         return None, None
     _REGISTERED[op.name] = (schema_key, slot, overload)
     return slot, overload
@@ -356,7 +359,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     check_params = dispatcher.params.values
 
     pick = dispatcher.pick
-    through_peer = dispatcher.through_peer_autograd
+    through_peer, without_operator = dispatcher.through_peer_autograd, dispatcher.without_operator
 
     def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
         if overload is not None:
@@ -372,6 +375,8 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
                 else:
                     got = overload(*inputs, **params)
                 return got if pick is None else pick(got)
+        elif way_of(inputs) == DIFFERENTIABLE:  # tkreg's autograd comes with the operator
+            return without_operator(inputs, params, f"it has no torch operator: {dispatcher.no_operator}")
         got = dispatcher(*inputs, **params)
         return got if pick is None else pick(got)
 

@@ -37,6 +37,31 @@ AUTOGRAD_LEAD_US = 40.0
 class Training:
     """A dispatcher's calls that want a gradient, and its backward plans."""
 
+    def without_operator(self, inputs: Sequence[Any], params: dict[str, Any], reason: str) -> Any:
+        """The outputs callers get, for a call that wants a gradient of an op that has no torch
+        operator (``reason``), and with it no autograd of tkreg's: the peer's own call, so that
+        torch's autograd records torch's backward, with a PeerFallbackWarning once. An input the
+        op gives no gradient gets none, as through the operator. Raises NoGradientError where the
+        op has no peer or no differentiable input: never outputs that silently drop the inputs'
+        gradients."""
+        op = self.op
+        if op.peer is None or not op.grads:
+            missing = "no peer to differentiate" if op.peer is None else "no differentiable inputs (Op(grads=...) names none)"
+            raise gradients.NoGradientError(f"tkreg.ops.{op.name} cannot differentiate these inputs: {reason}, and op "
+                                            f"{op.name!r} has {missing}")  # fmt: skip
+        graded = self.grad_index
+        inputs = [t if i in graded or not getattr(t, "requires_grad", False) else t.detach() for i, t in enumerate(inputs)]
+        functional = self._functional_peer(self.params.as_dict(self.params.values(params)))
+        self.warn_peer(f"{reason}, so torch's autograd differentiates the peer's own call", what="differentiates through")
+        try:
+            got = as_tuple(functional(*inputs))
+        except (RuntimeError, TypeError, ValueError) as e:  # a peer that takes out= only, say
+            raise gradients.NoGradientError(f"tkreg.ops.{op.name} cannot differentiate these inputs: {reason}, and the "
+                                            f"peer's own call failed: {type(e).__name__}: {e}") from e  # fmt: skip
+        if len(got) == len(op.outputs) and len(self.returned) < len(got):
+            got = tuple(got[i] for i in self.returned)
+        return got[0] if len(got) == 1 else tuple(got)
+
     def through_peer_autograd(
         self, inputs: Sequence[Any], params: dict[str, Any], differentiable: Callable[..., Any] | None = None
     ) -> Any:

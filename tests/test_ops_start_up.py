@@ -19,6 +19,17 @@ from tkreg.ops import after_import as hook
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+def _fresh_process(code: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Runs ``code`` in a new Python process (interpreter on, a private cache), which must exit 0;
+    the process and what its last line of output says (JSON)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
+           "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run, json.loads(run.stdout.strip().splitlines()[-1])
+
+
 _FRESH_PROCESS = """
 import json, sys, warnings
 import torch, tkreg
@@ -38,12 +49,7 @@ print(json.dumps({"compiler": compiler, "builtin": native.fast_caller() is not N
 
 def test_installing_imports_no_compiler_and_compiling_still_traces_the_callables(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
-           "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", _FRESH_PROCESS], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    _, got = _fresh_process(_FRESH_PROCESS, tmp_path)
     assert got["compiler"] == []
     assert got["eager"] and got["compiled"]
     assert got["builtin"] in (False, "builtin_function_or_method")  # the C++ callable, where the extension builds
@@ -77,12 +83,7 @@ def test_a_failed_substitution_leaves_the_python_fast_path_which_compiles(tmp_pa
     """Where torch's compiler refuses the C++ callable once it is imported, tkreg.ops.<op> becomes
     the Python fast path (which the compiler traces itself), with a warning that says so."""
     pytest.importorskip("torch")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
-           "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", _SUBSTITUTION_FAILS], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    run, got = _fresh_process(_SUBSTITUTION_FAILS, tmp_path)
     if not got["builtin"]:
         pytest.skip("the C++ extension is not in use here: tkreg.ops.<op> is the Python fast path from the start")
     assert got["before"] == "builtin_function_or_method" and got["after"] == "function" and got["got"]
@@ -128,12 +129,7 @@ def test_threads_that_first_use_tkreg_ops_together_get_one_install(tmp_path: Pat
     install, and the torch operators failed to register: outputs without gradients), and Triton's
     interpreter, which keeps the running kernel in process-wide state, run one kernel at a time."""
     pytest.importorskip("torch")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
-           "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", _THREADS_FIRST_USE], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    run, got = _fresh_process(_THREADS_FIRST_USE, tmp_path)
     if "skip" in got:
         pytest.skip(got["skip"])
     assert got["errors"] == [] and "calls rms_norm_triton" in got["kernel"]  # a Triton kernel, interpreted

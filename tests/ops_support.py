@@ -49,6 +49,15 @@ def installed_ops() -> Any:
     tkreg.ops.uninstall()
 
 
+def recorded_calls() -> Any:
+    """Fixture body: the toy kernels' calls (:data:`CALLS`) recorded from empty; tkreg.ops
+    forgotten after the test."""
+    CALLS.clear()
+    yield
+    CALLS.clear()
+    tkreg.ops.uninstall()
+
+
 def randn(*shape: int, dtype: Any, device: str, seed: int) -> Any:
     import torch
 

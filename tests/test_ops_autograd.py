@@ -27,6 +27,7 @@ from tests.ops_support import (  # noqa: E402
     install,
     installed_ops,
     randn,
+    recorded_calls,
     registry_with,
     rms_backward_refusing,
     rms_backward_torch,
@@ -158,12 +159,7 @@ def test_batched_matmul_gradients(ops: Any, device: str) -> None:
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture
-def recorded() -> Any:
-    CALLS.clear()
-    yield
-    CALLS.clear()
-    tkreg.ops.uninstall()
+recorded = pytest.fixture(recorded_calls)
 
 
 def _rms_leaves(seed: int, shape: tuple[int, ...] = (2, 3, 16)) -> tuple[Any, Any, Any]:

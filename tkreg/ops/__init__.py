@@ -74,7 +74,8 @@ def _install(registry: Any) -> list[str]:
         dispatcher = dispatchers[op.name] = Dispatcher(registry, op)
         dispatcher.siblings = dispatchers
         slot, overload = torch_operator(dispatcher)
-        ops[op.name] = dispatcher.entry = entry_point(dispatcher, overload, slot.differentiable if slot is not None else None)
+        ops[op.name] = dispatcher.entry = entry_point(dispatcher, overload, *((slot.differentiable, slot.transformed)
+                                                                              if slot is not None else ()))  # fmt: skip
         if slot is not None:
             slot.entry = ops[op.name]
     _installed.update(ops=ops, dispatchers=dispatchers)

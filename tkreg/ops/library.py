@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from ..core.generated import generated
@@ -68,6 +69,7 @@ class Slot:
     dispatcher: Dispatcher
     entry: Callable[..., Any] | None = None
     differentiable: Callable[..., Any] | None = None
+    transformed: Callable[..., Any] | None = None  # the same under a torch.func transform (see _call_eagerly)
 
 
 # op name -> (what its schema depends on, slot, torch.ops.tkreg.<op>.default)
@@ -166,8 +168,14 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
             return tuple(result)
         grad_outputs = tuple(torch.zeros_like(outputs[i]) if grads[i] is None else grads[i] for i in dispatcher.differentiable)
         params = ctx.tkreg_params
-        if all(type(t) in _PLAIN for t in (*saved, *grad_outputs)):
+        transforms = _transforms_active()
+        if torch.is_grad_enabled() and not transforms:  # create_graph=True: gradients differentiable again
+            got = dispatcher.backward_with_graph(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
+        elif all(type(t) in _PLAIN for t in (*saved, *grad_outputs)) and not transforms:
             got = dispatcher.backward(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
+        elif transforms:  # a torch.func transform's tensors: the run-time backward, per sample under a vmap
+            with torch.no_grad():  # not differentiated again; torch's autograd kernel refuses these transforms
+                got = backward_overload([*inputs, *outputs, *grad_outputs], list(needs), **params)
         else:  # traced: the run-time backward decides on the real tensors
             got = backward_overload([*inputs, *outputs, *grad_outputs], list(needs), **params)
         for i, g, need in zip(dispatcher.grad_index, got, needs):
@@ -177,13 +185,14 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
     traced.register_autograd(backward, setup_context=setup_context)
     packet = getattr(getattr(torch.ops, TRACED_NAMESPACE), name)
     overload = packet.default
-    _call_eagerly(traced, overload, slot, setup_context, backward)
+    _call_eagerly(traced, overload, slot, setup_context, backward, runtime_overload)
     _take_planned_packet_calls(packet, slot)
     return overload
 
 
 def _call_eagerly(
-    defined: Any, overload: Any, slot: Slot, setup_context: Callable[..., None], backward: Callable[..., Any]
+    defined: Any, overload: Any, slot: Slot, setup_context: Callable[..., None], backward: Callable[..., Any],
+    runtime: Any,
 ) -> None:
     """Give ``torch.ops.tkreg.<op>``'s autograd kernel a short way for eager calls.
 
@@ -192,7 +201,13 @@ def _call_eagerly(
     host where tkreg.ops.add costs 3.7). A call of plain tensors outside any trace or dispatch
     mode needs none of them: it dispatches at once, through an autograd.Function where a
     gradient is wanted. Everything else (FakeTensors, modes, subclasses, compiling) takes
-    torch's own kernel, unchanged. Where this torch lacks the pieces, every call takes it."""
+    torch's own kernel, unchanged. Where this torch lacks the pieces, every call takes it.
+
+    Under a torch.func transform (grad, jacrev, jvp, vmap of them) a call that wants a gradient
+    takes a second autograd.Function, of the form those transforms require (a forward without
+    ``ctx``, ``setup_context``, a generated vmap rule), which runs the run-time operator
+    (``runtime``) forward and the run-time backward: torch batches those, calling them per
+    sample, where a vmap is running. torch's own kernel refuses these transforms."""
     def forward(ctx: Any, *args: Any) -> Any:
         inputs, params = args[:-1], args[-1]
         output = slot.dispatcher(*inputs, **params)
@@ -212,19 +227,34 @@ def _call_eagerly(
     # call): outside vmap and grad transforms the C apply under it does the same work.
     c_apply = getattr(torch._C._FunctionBase, "__dict__", {}).get("apply")
     plain_apply = c_apply.__get__(None, EagerCall) if c_apply is not None else EagerCall.apply
-    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
     def apply(*args: Any) -> Any:
-        return EagerCall.apply(*args) if transforms_active() else plain_apply(*args)
+        return EagerCall.apply(*args) if _transforms_active() else plain_apply(*args)
 
-    if _take_plain_calls(defined, overload, slot, apply):
-        slot.differentiable = apply
+    def transformed_forward(*args: Any) -> Any:
+        return runtime(*args[:-1], **args[-1])
+
+    def transformed_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        setup_context(ctx, inputs[:-1], output, inputs[-1])
+
+    TransformedCall: Any = type(
+        f"tkreg_{overload._opname}",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(transformed_forward), "setup_context": staticmethod(transformed_setup),
+         "backward": staticmethod(backward_call), "generate_vmap_rule": True},
+    )  # fmt: skip
+    if _take_plain_calls(defined, overload, slot, apply, transformed=True):
+        slot.differentiable, slot.transformed = apply, TransformedCall.apply
 
 
-def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[..., Any] | None = None) -> bool:
+def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[..., Any] | None = None,
+                      transformed: bool = False) -> bool:
     """Replace the operator's autograd kernel with one that sends a call of plain tensors, outside
     any trace or dispatch mode, straight to the dispatcher (through ``apply``, the op's
     autograd.Function, where a gradient is wanted); every other call takes torch's own kernel.
+    With ``transformed``, a call that wants a gradient under a torch.func transform, which only
+    tkreg.ops.<op> takes (its autograd.Function must be applied before torch's dispatcher),
+    raises NoGradientError that says so.
     Also for the run-time operator a compiled graph calls, where it saves the same two Python
     calls from C++. False where this torch lacks the pieces."""
     import torch._library.autograd as torch_autograd
@@ -241,6 +271,11 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
             return slot.dispatcher(*inputs, **params)
         if way == DIFFERENTIABLE and apply is not None:
             return apply(*inputs, params)
+        if transformed and ((_transforms_active() and (_wants_gradient(inputs) or "Jvp" in _transform_levels()))
+                            or _has_tangents(inputs)):
+            raise NoGradientError(f"torch.ops.tkreg.{overload._opname} has no gradient under torch.func transforms (grad, "
+                                  f"jacrev, jvp) or of dual tensors (forward-mode AD); tkreg.ops.{overload._opname} "
+                                  "has them")  # fmt: skip
         return standard(keyset, *inputs, **params)
 
     names = slot.dispatcher.form.input_names
@@ -311,9 +346,18 @@ def _define_backward(op: Op, slot: Slot) -> Any:
         grad_index = slot.dispatcher.grad_index
         return [inputs[i].new_empty(inputs[i].shape if need else (0,)) for i, need in zip(grad_index, needs)]
 
+    def per_sample(info: Any, in_dims: tuple[Any, ...], tensors: list[Any], needs: list[bool], **params: Any) -> Any:
+        """Under a vmap (a torch.func jacrev, or vmap of grad): one call per sample, stacked.
+        torch makes no such rule for an op that takes a list of tensors."""
+        samples = [defined([t if d is None else t.select(d, i) for t, d in zip(tensors, in_dims[0])], needs, **params)
+                   for i in range(info.batch_size)]  # fmt: skip
+        stacked = [torch.stack([sample[j] for sample in samples]) for j in range(len(samples[0]))]
+        return stacked, [0] * len(stacked)
+
     gradients.__signature__ = signature  # type: ignore[attr-defined]
     defined = torch.library.custom_op(f"{BACKWARD_NAMESPACE}::{op.name}", gradients, mutates_args=())
     defined.register_fake(fake)
+    defined.register_vmap(per_sample)
     return getattr(getattr(torch.ops, BACKWARD_NAMESPACE), op.name).default
 
 
@@ -326,12 +370,39 @@ def _fresh(t: Any, others: Sequence[Any]) -> Any:
     return t.clone(memory_format=torch.contiguous_format)
 
 
+# Whether a torch.func transform (vmap, grad, jacrev...) is running: its tensors wrap others.
+_transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def _transform_levels() -> tuple[str, ...]:
+    """The torch.func transforms running, outermost first ("Vmap", "Grad", "Jvp", ...)."""
+    try:
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+        return tuple(level.key().name for level in retrieve_all_functorch_interpreters())
+    except (ImportError, AttributeError):  # another torch's internals: taken as transforms tkreg does not know
+        return ("unknown",)
+
+
+def _has_tangents(inputs: Sequence[Any]) -> bool:
+    """Whether an input is a dual tensor of forward-mode AD (torch.autograd.forward_ad)."""
+    if forward_ad._current_level < 0:  # no dual level entered: nothing to unpack
+        return False
+    return any(isinstance(t, torch.Tensor) and forward_ad.unpack_dual(t).tangent is not None for t in inputs)
+
+
+def _wants_gradient(inputs: Sequence[Any]) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+
+
 def way_of(inputs: Sequence[Any]) -> int:
     """How a call of these inputs is taken: TORCH, torch's own way through the operator (while
-    compiling, for a tensor subclass, under a dispatch mode); else DIFFERENTIABLE where a plain
-    tensor wants a gradient (the op's autograd.Function), and DISPATCH where none does (the
-    dispatcher at once). tkreg.ops.<op> and the operators' autograd kernels ask alike."""
-    if torch.compiler.is_compiling():
+    compiling, for a tensor subclass, under a dispatch mode or a torch.func transform, whose
+    wrapped tensors look plain but have no storage, for a dual tensor of forward-mode AD); else
+    DIFFERENTIABLE where a plain tensor wants a gradient (the op's autograd.Function), and
+    DISPATCH where none does (the dispatcher at once). tkreg.ops.<op> and the operators' autograd
+    kernels ask alike."""
+    if torch.compiler.is_compiling() or _transforms_active() or _has_tangents(inputs):
         return TORCH
     grad, wanted = torch.is_grad_enabled(), False
     for t in inputs:
@@ -346,7 +417,8 @@ def way_of(inputs: Sequence[Any]) -> int:
     return DIFFERENTIABLE if wanted else DISPATCH
 
 
-def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[..., Any] | None = None) -> Callable[..., Any]:
+def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[..., Any] | None = None,
+                transformed: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """``tkreg.ops.<op>``: plain tensors that need no autograd go straight to the dispatcher
     (the torch.library path costs several microseconds more per call), and those that want a
     gradient to the peer's own call where the peer runs them or a kernel leads it by little
@@ -361,7 +433,34 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     pick = dispatcher.pick
     through_peer, without_operator = dispatcher.through_peer_autograd, dispatcher.without_operator
 
+    def under_transforms(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        """A call under torch.func transforms: one grad (or jacrev) that wants a gradient takes
+        the autograd.Function made for them, which runs the kernels; anything else (vmap, jvp,
+        nested transforms, whose gradients would have to be differentiable) the peer's own call,
+        torch's code, which every transform takes. Without a peer, a vmap goes through the
+        operator (torch batches it per sample) and forward-mode AD is an error."""
+        levels = _transform_levels()
+        if levels == ("Grad",) and transformed is not None and _wants_gradient(inputs):
+            got = transformed(*inputs, dispatcher.params.as_dict(dispatcher.params.values(params)))
+            return got if pick is None else pick(got)
+        if op.peer is not None:
+            return dispatcher.peer_own_call(inputs, params, f"torch.func transforms ({', '.join(levels)}) take the peer's "
+                                            "own code", "runs")  # fmt: skip
+        if "Jvp" in levels:
+            raise NoGradientError(f"tkreg.ops.{op.name} has no forward-mode gradient (torch.func.jvp, jacfwd, hessian) and "
+                                  f"op {op.name!r} has no peer to compute one")  # fmt: skip
+        return NOT_TAKEN
+
     def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        if _transforms_active():
+            got = under_transforms(inputs, params)
+            if got is not NOT_TAKEN:
+                return got
+        if _has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
+            if op.peer is None:
+                raise NoGradientError(f"tkreg.ops.{op.name} has no forward-mode gradient (dual tensors of "
+                                      f"torch.autograd.forward_ad) and op {op.name!r} has no peer to compute one")  # fmt: skip
+            return dispatcher.peer_own_call(inputs, params, "forward-mode AD (dual tensors) takes the peer's own code", "runs")
         if overload is not None:
             way = way_of(inputs)
             if way != DISPATCH:
@@ -544,13 +643,18 @@ def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
     fields = {"names": joined, "wanted": " or ".join(f"{n}.requires_grad" for n in names), "values": _values_source(params.names)}
     if native.plan_key() is not None:
         return {**fields, "plain": "True", "key": f"native_key({joined})", "table": ".fast"}
-    return {**fields, "plain": " and ".join(f"type({n}) in PLAIN" for n in names), "key": keys.source(names), "table": ""}
+    # the Python key reads data_ptr(), which a torch.func transform's wrapped tensor does not have,
+    # and nothing of a dual tensor's tangent (the C++ key refuses both)
+    plain = " and ".join(f"type({n}) in PLAIN" for n in names)
+    return {**fields, "plain": f"{plain} and not transforms_active() and forward_ad._current_level < 0",
+            "key": keys.source(names), "table": ""}  # fmt: skip
 
 
 def _scope(params: Any) -> dict[str, Any]:
     """The names the generated fast paths read."""
     return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
-            "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode,
+            "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "transforms_active": _transforms_active,
+            "forward_ad": forward_ad,
             "defaults": params.defaults, "values": params.values, "native_key": native.plan_key(),
             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
 
@@ -597,7 +701,8 @@ def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callabl
     def call(*inputs: Any, **params: Any) -> Any:
         if is_compiling():
             return traced(inputs, params)
-        if not params:
+        # a transform's tensors have no data_ptr() for the key; a dual tensor's tangent is not in it
+        if not params and not _transforms_active() and forward_ad._current_level < 0:
             grad = grad_enabled()
             for t in inputs:
                 if type(t) not in _PLAIN or (grad and t.requires_grad):

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.errors import InputError
 from ..core.registry import Ranking
 from ..core.specs import Kernel
 from . import capturing, gradients, keys
@@ -39,25 +40,32 @@ class Training:
 
     def without_operator(self, inputs: Sequence[Any], params: dict[str, Any], reason: str) -> Any:
         """The outputs callers get, for a call that wants a gradient of an op that has no torch
-        operator (``reason``), and with it no autograd of tkreg's: the peer's own call, so that
-        torch's autograd records torch's backward, with a PeerFallbackWarning once. An input the
-        op gives no gradient gets none, as through the operator. Raises NoGradientError where the
-        op has no peer or no differentiable input: never outputs that silently drop the inputs'
-        gradients."""
+        operator (``reason``), and with it no autograd of tkreg's: the peer's own call
+        (:meth:`peer_own_call`). Raises NoGradientError where the op has no peer or no
+        differentiable input: never outputs that silently drop the inputs' gradients."""
         op = self.op
         if op.peer is None or not op.grads:
             missing = "no peer to differentiate" if op.peer is None else "no differentiable inputs (Op(grads=...) names none)"
             raise gradients.NoGradientError(f"tkreg.ops.{op.name} cannot differentiate these inputs: {reason}, and op "
                                             f"{op.name!r} has {missing}")  # fmt: skip
+        return self.peer_own_call(inputs, params, f"{reason}, so torch's autograd differentiates the peer's own call",
+                                  "differentiates through")  # fmt: skip
+
+    def peer_own_call(self, inputs: Sequence[Any], params: dict[str, Any], reason: str, what: str = "calls") -> Any:
+        """The outputs callers get from the peer's own call, torch's code with nothing of tkreg's
+        in between, which torch's autograd and torch.func's transforms take as any torch code,
+        with a PeerFallbackWarning (``what``, ``reason``) once. An input the op gives no gradient
+        gets none, as through the operator."""
+        op = self.op
         graded = self.grad_index
         inputs = [t if i in graded or not getattr(t, "requires_grad", False) else t.detach() for i, t in enumerate(inputs)]
         functional = self._functional_peer(self.params.as_dict(self.params.values(params)))
-        self.warn_peer(f"{reason}, so torch's autograd differentiates the peer's own call", what="differentiates through")
+        self.warn_peer(reason, what=what)
         try:
             got = as_tuple(functional(*inputs))
         except (RuntimeError, TypeError, ValueError) as e:  # a peer that takes out= only, say
-            raise gradients.NoGradientError(f"tkreg.ops.{op.name} cannot differentiate these inputs: {reason}, and the "
-                                            f"peer's own call failed: {type(e).__name__}: {e}") from e  # fmt: skip
+            raise InputError(f"tkreg.ops.{op.name}: {reason}; and the peer {op.peer_name} failed: "
+                             f"{type(e).__name__}: {e}") from e  # fmt: skip
         if len(got) == len(op.outputs) and len(self.returned) < len(got):
             got = tuple(got[i] for i in self.returned)
         return got[0] if len(got) == 1 else tuple(got)
@@ -199,6 +207,49 @@ class Training:
             backward(got if pick is None else pick(got))
 
         return {Candidate(None): by_peer, Candidate(kernel): by_kernel}
+
+    def backward_with_graph(
+        self, inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], values: tuple[Any, ...],
+        needs: Sequence[bool],
+    ) -> tuple[Any, ...]:
+        """Gradients that can be differentiated again, for a backward that records its own graph
+        (``create_graph=True``: a gradient penalty, a Hessian-vector product). A backward kernel's
+        gradients would be constants to that second differentiation, which would silently miss
+        their part, so: torch's autograd through the peer's own call on the inputs themselves,
+        recorded; else the op's formula, torch code; else NoGradientError."""
+        import torch
+
+        op, grads = self.op, self.grad_index
+        params = self.params.as_dict(values or self.params.defaults)
+        if op.peer is not None:
+            # each input through an alias of its own: the gradient of one is then the path through
+            # it alone (one input may be computed from another, x and x * w), and stays connected
+            # to the caller's graph for the next differentiation
+            inputs = [t.view_as(t) if t.requires_grad else t for t in inputs]
+            targets = [inputs[i] for i, need in zip(grads, needs) if need]
+            outs = as_tuple(self._functional_peer(params)(*inputs))
+            position = {i: i for i in range(len(outs))} if len(outs) == len(op.outputs) else {
+                i: n for n, i in enumerate(self.returned)}  # fmt: skip
+            pairs = [(outs[position[i]], g) for i, g in zip(self.differentiable, grad_outputs)
+                     if i in position and outs[position[i]].requires_grad]  # fmt: skip
+            got = iter(torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], create_graph=True,
+                                           allow_unused=True) if pairs and targets else [None] * len(targets))  # fmt: skip
+            result = []
+            for i, need in zip(grads, needs):
+                g = next(got) if need else None
+                result.append(None if not need else torch.zeros_like(inputs[i]) if g is None else g)
+            return tuple(result)
+        fixed = [o.name for o in op.outputs if not o.differentiable]
+        if op.backward is not None and not fixed:
+            plan = gradients.BackwardPlan(None, (), params)
+            return gradients.formula_run(op, plan, grads)(inputs, outputs, grad_outputs, tuple(needs))
+        # a formula may read an output the op marks not differentiable (an rstd), a constant to
+        # the next differentiation: its gradients would silently miss that output's part
+        formula = (f"its backward formula may read {', '.join(fixed)}, which it marks not differentiable"
+                   if op.backward is not None else "it has no backward formula")  # fmt: skip
+        raise gradients.NoGradientError(f"tkreg.ops.{op.name} has no gradient that can be differentiated again "
+                                        f"(create_graph=True): op {op.name!r} has no peer, {formula}, and its backward "
+                                        "kernels' gradients are not differentiable")  # fmt: skip
 
     def backward(
         self,

@@ -13,7 +13,8 @@
 // remembered) is found on the fast path from its first call.
 //
 // key(*tensors) returns None, never raises, where an input is not of a plain type (set with
-// plain(types)), is not strided, carries a conjugate or negative bit, or cannot be read: the
+// plain(types)), is not strided, carries a conjugate or negative bit, is a dual tensor of
+// forward-mode AD (level 0, the one torch.autograd.forward_ad uses), or cannot be read: the
 // caller then takes its checked path.
 #include "native.h"
 
@@ -97,6 +98,7 @@ bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
       if (!is_plain(obj)) return false;
       const at::Tensor& t = THPVariable_Unpack(obj);
       if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) return false;
+      if (t._fw_grad(/*level=*/0).defined()) return false;  // a dual tensor: forward-mode AD takes the checked path
       const int64_t dim = t.dim();
       into.reserve(2 + 2 * dim);
       int64_t* words = into.data;

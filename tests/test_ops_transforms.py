@@ -192,9 +192,19 @@ def test_a_gradient_penalty_differentiates_the_gradients_again(ops: Any, device:
 recorded = pytest.fixture(recorded_calls)
 
 
-def _rms_inputs(seed: int) -> tuple[Any, Any]:
+@pytest.fixture
+def toy_device(recorded: None, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the toy kernels (torch code) run: a GPU, else CPU tensors, which the registry gives
+    kernels only with the interpreter on."""
+    if torch.cuda.is_available():
+        return "cuda"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return "cpu"
+
+
+def _rms_inputs(seed: int, device: str) -> tuple[Any, Any]:
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(4, 16, generator=g), 1 + torch.randn(16, generator=g)
+    return torch.randn(4, 16, generator=g).to(device), (1 + torch.randn(16, generator=g)).to(device)
 
 
 def _rms64(x: Any, w: Any, eps: float = 0.5) -> Any:
@@ -202,18 +212,18 @@ def _rms64(x: Any, w: Any, eps: float = 0.5) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def test_without_a_peer_forward_mode_is_a_clear_error(recorded: None) -> None:
+def test_without_a_peer_forward_mode_is_a_clear_error(toy_device: str) -> None:
     toy = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer=False)))
-    x, w = _rms_inputs(12)
+    x, w = _rms_inputs(12, toy_device)
     with pytest.raises(NoGradientError, match="toy_rms_norm has no forward-mode gradient"):
         torch.func.jvp(lambda a: toy.toy_rms_norm(a, w, eps=0.5), (x,), (torch.ones_like(x),))
     with fwAD.dual_level(), pytest.raises(NoGradientError, match="toy_rms_norm has no forward-mode gradient"):
         toy.toy_rms_norm(fwAD.make_dual(x, torch.ones_like(x)), w, eps=0.5)
 
 
-def test_without_a_peer_vmap_runs_the_kernel_per_sample(recorded: None) -> None:
+def test_without_a_peer_vmap_runs_the_kernel_per_sample(toy_device: str) -> None:
     toy = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer=False)))
-    x, w = _rms_inputs(13)
+    x, w = _rms_inputs(13, toy_device)
     got = torch.vmap(lambda xi: toy.toy_rms_norm(xi.unsqueeze(0), w, eps=0.5))(x)
     _close(got.squeeze(1), _rms64(x, w))
     assert len(calls("rms_torch")) == x.shape[0]
@@ -251,9 +261,9 @@ class CubePlugin:
         register(tkreg.Kernel(name="cube_kernel", op="toy_cube", launcher=_cube_kernel, interpretable=True))
 
 
-def test_gradients_differentiated_again_take_the_formula_without_a_peer(recorded: None) -> None:
+def test_gradients_differentiated_again_take_the_formula_without_a_peer(toy_device: str) -> None:
     toy = install(registry_with(CubePlugin()))
-    x = _rms_inputs(14)[0].requires_grad_()
+    x = _rms_inputs(14, toy_device)[0].requires_grad_()
     (gx,) = torch.autograd.grad(toy.toy_cube(x).sum(), x, create_graph=True)
     (gx**2).sum().backward()
     x64 = x.detach().double()
@@ -262,12 +272,12 @@ def test_gradients_differentiated_again_take_the_formula_without_a_peer(recorded
 
 
 @pytest.mark.parametrize("formula", [False, True], ids=["no formula", "a formula that reads rstd"])
-def test_gradients_differentiated_again_without_a_peer_or_a_safe_formula_are_a_clear_error(recorded: None,
+def test_gradients_differentiated_again_without_a_peer_or_a_safe_formula_are_a_clear_error(toy_device: str,
                                                                                              formula: bool) -> None:
     """rstd is an output the op marks not differentiable: a formula that reads it would give
     gradients that the next differentiation takes as constant in it."""
     toy = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, formula=formula, peer=False)))
-    x, w = (t.requires_grad_() for t in _rms_inputs(15))
+    x, w = (t.requires_grad_() for t in _rms_inputs(15, toy_device))
     reason = "may read rstd, which it marks not differentiable" if formula else "it has no backward formula"
     with pytest.raises(NoGradientError, match=f"no gradient that can be differentiated again.*{reason}"):
         torch.autograd.grad(toy.toy_rms_norm(x, w, eps=0.5).sum(), (x, w), create_graph=True)

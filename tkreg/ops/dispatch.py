@@ -67,7 +67,9 @@ def callers_level() -> int:
     while frame is not None and (frame.f_code.co_filename.startswith(inside)
                                  or frame.f_code.co_filename.startswith(GENERATED_FILE)):  # fmt: skip
         frame, level = frame.f_back, level + 1
-    return level
+    # none in this thread (autograd's engine runs a CUDA backward in a thread of its own): the
+    # line that warns
+    return level if frame is not None else 2
 
 
 class PeerFallbackWarning(UserWarning):

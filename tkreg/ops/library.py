@@ -266,6 +266,9 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
         return False
 
     def autograd_kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
+        if _autocast_on():  # the operator computes in its inputs' dtypes: a peer plan's call would cast
+            with _no_autocast():
+                return autograd_kernel(keyset, *inputs, **params)
         way = way_of(inputs)
         if way == DISPATCH:
             return slot.dispatcher(*inputs, **params)
@@ -384,6 +387,20 @@ def _transform_levels() -> tuple[str, ...]:
         return ("unknown",)
 
 
+def _autocast_on() -> bool:
+    return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
+
+
+def _no_autocast() -> Any:
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    for device_type in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device_type):  # asking for CUDA's on a machine without warns
+            stack.enter_context(torch.autocast(device_type, enabled=False))
+    return stack
+
+
 def _has_tangents(inputs: Sequence[Any]) -> bool:
     """Whether an input is a dual tensor of forward-mode AD (torch.autograd.forward_ad)."""
     if forward_ad._current_level < 0:  # no dual level entered: nothing to unpack
@@ -456,6 +473,8 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
             got = under_transforms(inputs, params)
             if got is not NOT_TAKEN:
                 return got
+        if op.peer is not None and _autocast_on():  # torch.autocast casts torch's own code, not tkreg's kernels
+            return dispatcher.peer_own_call(inputs, params, "torch.autocast takes the peer's own code", "runs")
         if _has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
             if op.peer is None:
                 raise NoGradientError(f"tkreg.ops.{op.name} has no forward-mode gradient (dual tensors of "
@@ -644,9 +663,9 @@ def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
     if native.plan_key() is not None:
         return {**fields, "plain": "True", "key": f"native_key({joined})", "table": ".fast"}
     # the Python key reads data_ptr(), which a torch.func transform's wrapped tensor does not have,
-    # and nothing of a dual tensor's tangent (the C++ key refuses both)
+    # and nothing of a dual tensor's tangent or of torch.autocast (the C++ key refuses all three)
     plain = " and ".join(f"type({n}) in PLAIN" for n in names)
-    return {**fields, "plain": f"{plain} and not transforms_active() and forward_ad._current_level < 0",
+    return {**fields, "plain": f"{plain} and not transforms_active() and forward_ad._current_level < 0 and not autocast_on()",
             "key": keys.source(names), "table": ""}  # fmt: skip
 
 
@@ -654,7 +673,7 @@ def _scope(params: Any) -> dict[str, Any]:
     """The names the generated fast paths read."""
     return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
             "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "transforms_active": _transforms_active,
-            "forward_ad": forward_ad,
+            "forward_ad": forward_ad, "autocast_on": _autocast_on,
             "defaults": params.defaults, "values": params.values, "native_key": native.plan_key(),
             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
 
@@ -701,8 +720,8 @@ def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callabl
     def call(*inputs: Any, **params: Any) -> Any:
         if is_compiling():
             return traced(inputs, params)
-        # a transform's tensors have no data_ptr() for the key; a dual tensor's tangent is not in it
-        if not params and not _transforms_active() and forward_ad._current_level < 0:
+        # a transform's tensors have no data_ptr() for the key; a dual tensor's tangent, autocast not in it
+        if not params and not _transforms_active() and forward_ad._current_level < 0 and not _autocast_on():
             grad = grad_enabled()
             for t in inputs:
                 if type(t) not in _PLAIN or (grad and t.requires_grad):

@@ -14,9 +14,11 @@
 //
 // key(*tensors) returns None, never raises, where an input is not of a plain type (set with
 // plain(types)), is not strided, carries a conjugate or negative bit, is a dual tensor of
-// forward-mode AD (level 0, the one torch.autograd.forward_ad uses), or cannot be read: the
-// caller then takes its checked path.
+// forward-mode AD (level 0, the one torch.autograd.forward_ad uses), or cannot be read, and
+// for any tensors while torch.autocast is on: the caller then takes its checked path.
 #include "native.h"
+
+#include <ATen/autocast_mode.h>
 
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
@@ -92,6 +94,8 @@ void KeyWords::reserve(Py_ssize_t more) {
 }
 
 bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
+  // Under torch.autocast a peer's own call computes in another dtype: the checked path decides.
+  if (at::autocast::is_autocast_enabled(at::kCUDA) || at::autocast::is_autocast_enabled(at::kCPU)) return false;
   try {
     for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* obj = args[i];

@@ -530,13 +530,13 @@ def test_a_gpu_alone_reading_counts_only_where_the_sleep_outlasted_the_queueing(
 
 class SmallAdds:
     """Small adds on the GPU (launch-bound: each runs in a fraction of its launch), timed back to
-    back by a new CudaClock; ``waits`` also synchronizes."""
+    back by ``clock`` (default: a new CudaClock); ``waits`` also synchronizes."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = None) -> None:
         import torch
 
         self.torch, self.x = torch, torch.randn(1 << 16, device="cuda")
-        self.clock = measuring.CudaClock()
+        self.clock = clock or measuring.CudaClock()
         for _ in range(10):
             self.add()
         self.wall_ms, self.queued_ms = self.clock(self.add, 200)
@@ -558,6 +558,29 @@ def test_the_cuda_clock_times_calls_on_the_gpu_alone_and_refuses_calls_that_wait
     assert alone_ms is not None and 0 < alone_ms <= adds.wall_ms * 1.05
     assert alone_ms < adds.queued_ms
     assert adds.clock.alone(adds.waits, 20, 0.05) is None
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="captures calls in CUDA graphs")
+def test_threads_capture_calls_at_once_each_on_a_stream_of_its_own() -> None:
+    """Threads that tune at once capture at once: on one shared stream, a thread's work queued
+    while another captured failed ("operation not permitted when stream is capturing")."""
+    clock, start, errors = measuring.CudaClock(), threading.Barrier(4), []
+
+    def captures() -> None:
+        adds = SmallAdds(clock)
+        try:
+            start.wait()
+            for _ in range(20):
+                assert clock.capture(adds.add, 20)() > 0
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=captures) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="captures calls in CUDA graphs")

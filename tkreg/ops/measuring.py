@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -196,7 +197,9 @@ class CudaClock:
 
     def __init__(self) -> None:
         self._sleep_loaded: set[int] = set()  # the devices whose sleep kernel has run
-        self._streams: dict[int, Any] = {}  # per device, the stream calls are captured on
+        # per thread and device, the stream calls are captured on: threads that tune at once must
+        # not enqueue on (or wait on) a stream another one is capturing
+        self._local = threading.local()
 
     def __call__(self, call: Callable[[], Any], n: int) -> tuple[float, float]:
         """(ms from the first call's start to the last one's end on the GPU, ms the host took to
@@ -257,9 +260,10 @@ class CudaClock:
         from .capturing import quiet
 
         device = torch.cuda.current_device()
-        stream = self._streams.get(device)
+        streams = self._local.__dict__.setdefault("streams", {})
+        stream = streams.get(device)
         if stream is None:
-            stream = self._streams[device] = torch.cuda.Stream()
+            stream = streams[device] = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             call()

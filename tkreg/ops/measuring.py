@@ -190,6 +190,13 @@ def _wall_ms(got: float | tuple[float, float]) -> float:
     return got[0] if isinstance(got, tuple) else got
 
 
+# One capture at a time in a process: torch keeps a capture's bookkeeping (the CUDA generators'
+# capture state, the caching allocator's) per process, and two threads capturing at once fail
+# ("operation not permitted when stream is capturing", "Offset increment outside graph capture").
+# Reentrant, though a capture never tunes (tkreg.ops.capturing).
+_CAPTURING = threading.RLock()
+
+
 class CudaClock:
     """The default clock of :func:`measure`, on CUDA events of the current stream."""
 
@@ -264,15 +271,16 @@ class CudaClock:
         stream = streams.get(device)
         if stream is None:
             stream = streams[device] = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            call()
-        torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         switches = quiet() if own else contextlib.nullcontext()
-        with switches, torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            for _ in range(n):
+        with _CAPTURING:
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
                 call()
+            torch.cuda.current_stream().wait_stream(stream)
+            with switches, torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                for _ in range(n):
+                    call()
 
         def replay() -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -421,3 +421,31 @@ def test_a_plan_of_the_peer_calls_it_with_nothing_in_between(device: str) -> Non
         assert rms_plan.run.__code__.co_name == "call" and rms_plan.run.__code__.co_argcount == 2
     finally:
         tkreg.ops.uninstall()
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64])
+def test_sum_row_of_integers_and_bools_is_torchs_int64_sum(ops: Any, device: str, dtype: Any) -> None:
+    """As torch.sum: a bool row sums to a count, not to any() in a bool."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 3, (2, 3, 40), generator=g).to(device=device, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PeerFallbackWarning)
+        got = ops.sum_row(x)
+    assert got.dtype == torch.int64 and torch.equal(got, x.sum(-1))
+
+
+def test_sparse_and_nested_tensors_take_the_peers_own_call(ops: Any, device: str) -> None:
+    g = torch.Generator().manual_seed(6)
+    dense = torch.randn(5, 7, generator=g).to(device)
+    sparse = dense.relu().to_sparse()
+    nested = torch.nested.nested_tensor([dense[:2], dense[2:]])
+    ops.add(dense, dense)  # planned: a sparse tensor of the same shape must not take the dense plan
+    with pytest.warns(PeerFallbackWarning, match="input 0 is a sparse_coo tensor"):
+        got = ops.add(sparse, sparse)
+    assert got.is_sparse and torch.equal(got.to_dense(), 2 * dense.relu())
+    with pytest.warns(PeerFallbackWarning, match="input 0 is a nested tensor"):
+        got = ops.add(nested, nested)
+    assert all(torch.equal(a, 2 * b) for a, b in zip(got.unbind(), nested.unbind()))
+    with pytest.raises(tkreg.InputError, match=r"torch\.ops\.tkreg\.add: input 0 is a sparse_coo tensor"):
+        torch.ops.tkreg.add(sparse, sparse)
+    assert torch.equal(ops.add(dense, dense), 2 * dense)

@@ -58,7 +58,7 @@ def tensors_key(tensors: Sequence[Any]) -> tuple[Any, ...] | None:
     build = _BY_ARITY.get(len(tensors))
     try:
         return build(*tensors) if build is not None else _looped(tensors)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):  # RuntimeError: a tensor without strides or storage
         return None
 
 

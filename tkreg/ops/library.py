@@ -44,6 +44,7 @@ import torch
 from torch.autograd import forward_ad
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
+from ..core.errors import InputError
 from ..core.generated import generated
 from ..core.specs import Op
 from . import keys, native
@@ -266,6 +267,10 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
         return False
 
     def autograd_kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
+        odd = _unusual_layout(inputs)
+        if odd is not None:
+            raise InputError(f"torch.ops.tkreg.{overload._opname}: {odd}; tkreg's operators take strided tensors "
+                             f"(tkreg.ops.{overload._opname} runs its peer for the others)")  # fmt: skip
         if _autocast_on():  # the operator computes in its inputs' dtypes: a peer plan's call would cast
             with _no_autocast():
                 return autograd_kernel(keyset, *inputs, **params)
@@ -387,6 +392,14 @@ def _transform_levels() -> tuple[str, ...]:
         return ("unknown",)
 
 
+def _unusual_layout(inputs: Sequence[Any]) -> str | None:
+    """What makes an input one no plan takes (a sparse or nested tensor), or None."""
+    for i, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor) and (t.layout is not torch.strided or t.is_nested):
+            return f"input {i} is a {'nested' if t.is_nested else str(t.layout).removeprefix('torch.')} tensor"
+    return None
+
+
 def _autocast_on() -> bool:
     return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
 
@@ -469,6 +482,12 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         return NOT_TAKEN
 
     def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        odd = _unusual_layout(inputs)
+        if odd is not None:  # kernels and plans take strided tensors: torch's own code takes the rest
+            if op.peer is None:
+                raise InputError(f"tkreg.ops.{op.name}: {odd}; its kernels take strided tensors, and op {op.name!r} has "
+                                 "no peer")  # fmt: skip
+            return dispatcher.peer_own_call(inputs, params, f"{odd}: the peer's own code takes it", "runs")
         if _transforms_active():
             got = under_transforms(inputs, params)
             if got is not NOT_TAKEN:
@@ -664,7 +683,7 @@ def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
         return {**fields, "plain": "True", "key": f"native_key({joined})", "table": ".fast"}
     # the Python key reads data_ptr(), which a torch.func transform's wrapped tensor does not have,
     # and nothing of a dual tensor's tangent or of torch.autocast (the C++ key refuses all three)
-    plain = " and ".join(f"type({n}) in PLAIN" for n in names)
+    plain = " and ".join(f"type({n}) in PLAIN and {n}.layout is STRIDED and not {n}.is_nested" for n in names)
     return {**fields, "plain": f"{plain} and not transforms_active() and forward_ad._current_level < 0 and not autocast_on()",
             "key": keys.source(names), "table": ""}  # fmt: skip
 
@@ -673,7 +692,7 @@ def _scope(params: Any) -> dict[str, Any]:
     """The names the generated fast paths read."""
     return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
             "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "transforms_active": _transforms_active,
-            "forward_ad": forward_ad, "autocast_on": _autocast_on,
+            "forward_ad": forward_ad, "autocast_on": _autocast_on, "STRIDED": torch.strided,
             "defaults": params.defaults, "values": params.values, "native_key": native.plan_key(),
             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
 

@@ -36,7 +36,9 @@ def make_inputs(case: Case, dtype: torch.dtype, generator: torch.Generator, devi
 
 
 def make_output(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
+    # as torch.sum: integers and bools sum to int64 (a bool "sum" would be an any())
+    dtype = x.dtype if x.dtype.is_floating_point or x.dtype.is_complex else torch.int64
+    return torch.empty(x.shape[0], dtype=dtype, device=x.device)
 
 
 def cost(dims: Mapping[str, int], itemsize: int) -> Cost:

@@ -71,7 +71,8 @@ def tkreg_register_ops(register: Any) -> None:
     register(
         Op(
             name="sum_row",
-            description="sum over the last dim; fp32 accumulation, output in the input dtype (kernels take 2-D rows)",
+            description="sum over the last dim; fp32 accumulation, output in the input dtype (int64 for integers "
+                        "and bools, as torch.sum; kernels take 2-D rows)",
             reference=f"{PKG}.op:reference",
             make_inputs=f"{PKG}.op:make_inputs",
             make_output=f"{PKG}.op:make_output",

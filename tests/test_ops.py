@@ -443,6 +443,7 @@ def test_sparse_and_nested_tensors_take_the_peers_own_call(ops: Any, device: str
     with pytest.warns(PeerFallbackWarning, match="input 0 is a sparse_coo tensor"):
         got = ops.add(sparse, sparse)
     assert got.is_sparse and torch.equal(got.to_dense(), 2 * dense.relu())
+    assert "calls its peer torch.add: input 0 is a sparse_coo tensor" in ops.explain("add", sparse, sparse)
     with pytest.warns(PeerFallbackWarning, match="input 0 is a nested tensor"):
         got = ops.add(nested, nested)
     assert all(torch.equal(a, 2 * b) for a, b in zip(got.unbind(), nested.unbind()))

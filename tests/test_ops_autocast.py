@@ -53,8 +53,10 @@ def test_a_call_under_autocast_gives_torchs_result(ops: Any, device: str, op: st
         with torch.autocast(device, dtype=torch.bfloat16):
             got, want = mine(), theirs()
             again = mine()
+            told = ops.explain("add", *(2 * [torch.ones(3, device=device)]))
         after = mine()
     assert got.dtype == want.dtype and torch.equal(got, want) and torch.equal(again, want)
+    assert told.endswith("calls its peer torch.add: torch.autocast takes the peer's own code")  # explain says so
     assert after.dtype == theirs().dtype  # outside autocast again: the plan's own call, its own dtype
     if outside is not None:
         assert torch.equal(after, outside)

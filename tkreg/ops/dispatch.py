@@ -381,7 +381,16 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
     def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:
         """What a call with these inputs does and why (no launch); where a kernel runs them and
         the bucket's training choice is made, what a call that wants a gradient does."""
+        from .contexts import autocast_on, unusual_layout
+
         values = self.params.values(params or {})
+        odd = unusual_layout(inputs)
+        routed = f"{odd}: the peer's own code takes it" if odd else "torch.autocast takes the peer's own code" if (
+            autocast_on()) else None  # fmt: skip
+        if routed and self.op.peer is not None:  # as tkreg.ops.<op> takes them (library.entry_point)
+            return f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {routed}"
+        if odd:
+            return f"tkreg.ops.{self.op.name} raises InputError: {odd}; its kernels take strided tensors, and it has no peer"
         plan = self.plan(inputs, values, tune=False)
         text = plan.describe(self.op.name)
         kept = self._plans.get(keys.plan_key(inputs, values))

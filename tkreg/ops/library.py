@@ -49,6 +49,15 @@ from ..core.generated import generated
 from ..core.specs import Op
 from . import keys, native
 from .after_import import after_import
+from .contexts import (
+    autocast_on,
+    has_tangents,
+    no_autocast,
+    transform_levels,
+    transforms_active,
+    unusual_layout,
+    wants_gradient,
+)
 from .dispatch import Dispatcher
 from .gradients import NoGradientError
 from .training import NOT_TAKEN
@@ -169,7 +178,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
             return tuple(result)
         grad_outputs = tuple(torch.zeros_like(outputs[i]) if grads[i] is None else grads[i] for i in dispatcher.differentiable)
         params = ctx.tkreg_params
-        transforms = _transforms_active()
+        transforms = transforms_active()
         if torch.is_grad_enabled() and not transforms:  # create_graph=True: gradients differentiable again
             got = dispatcher.backward_with_graph(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
         elif all(type(t) in _PLAIN for t in (*saved, *grad_outputs)) and not transforms:
@@ -230,7 +239,7 @@ def _call_eagerly(
     plain_apply = c_apply.__get__(None, EagerCall) if c_apply is not None else EagerCall.apply
 
     def apply(*args: Any) -> Any:
-        return EagerCall.apply(*args) if _transforms_active() else plain_apply(*args)
+        return EagerCall.apply(*args) if transforms_active() else plain_apply(*args)
 
     def transformed_forward(*args: Any) -> Any:
         return runtime(*args[:-1], **args[-1])
@@ -267,20 +276,20 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
         return False
 
     def autograd_kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
-        odd = _unusual_layout(inputs)
+        odd = unusual_layout(inputs)
         if odd is not None:
             raise InputError(f"torch.ops.tkreg.{overload._opname}: {odd}; tkreg's operators take strided tensors "
                              f"(tkreg.ops.{overload._opname} runs its peer for the others)")  # fmt: skip
-        if _autocast_on():  # the operator computes in its inputs' dtypes: a peer plan's call would cast
-            with _no_autocast():
+        if autocast_on():  # the operator computes in its inputs' dtypes: a peer plan's call would cast
+            with no_autocast():
                 return autograd_kernel(keyset, *inputs, **params)
         way = way_of(inputs)
         if way == DISPATCH:
             return slot.dispatcher(*inputs, **params)
         if way == DIFFERENTIABLE and apply is not None:
             return apply(*inputs, params)
-        if transformed and ((_transforms_active() and (_wants_gradient(inputs) or "Jvp" in _transform_levels()))
-                            or _has_tangents(inputs)):
+        if transformed and ((transforms_active() and (wants_gradient(inputs) or "Jvp" in transform_levels()))
+                            or has_tangents(inputs)):
             raise NoGradientError(f"torch.ops.tkreg.{overload._opname} has no gradient under torch.func transforms (grad, "
                                   f"jacrev, jvp) or of dual tensors (forward-mode AD); tkreg.ops.{overload._opname} "
                                   "has them")  # fmt: skip
@@ -378,53 +387,6 @@ def _fresh(t: Any, others: Sequence[Any]) -> Any:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-# Whether a torch.func transform (vmap, grad, jacrev...) is running: its tensors wrap others.
-_transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
-
-
-def _transform_levels() -> tuple[str, ...]:
-    """The torch.func transforms running, outermost first ("Vmap", "Grad", "Jvp", ...)."""
-    try:
-        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-
-        return tuple(level.key().name for level in retrieve_all_functorch_interpreters())
-    except (ImportError, AttributeError):  # another torch's internals: taken as transforms tkreg does not know
-        return ("unknown",)
-
-
-def _unusual_layout(inputs: Sequence[Any]) -> str | None:
-    """What makes an input one no plan takes (a sparse or nested tensor), or None."""
-    for i, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor) and (t.layout is not torch.strided or t.is_nested):
-            return f"input {i} is a {'nested' if t.is_nested else str(t.layout).removeprefix('torch.')} tensor"
-    return None
-
-
-def _autocast_on() -> bool:
-    return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
-
-
-def _no_autocast() -> Any:
-    import contextlib
-
-    stack = contextlib.ExitStack()
-    for device_type in ("cuda", "cpu"):
-        if torch.is_autocast_enabled(device_type):  # asking for CUDA's on a machine without warns
-            stack.enter_context(torch.autocast(device_type, enabled=False))
-    return stack
-
-
-def _has_tangents(inputs: Sequence[Any]) -> bool:
-    """Whether an input is a dual tensor of forward-mode AD (torch.autograd.forward_ad)."""
-    if forward_ad._current_level < 0:  # no dual level entered: nothing to unpack
-        return False
-    return any(isinstance(t, torch.Tensor) and forward_ad.unpack_dual(t).tangent is not None for t in inputs)
-
-
-def _wants_gradient(inputs: Sequence[Any]) -> bool:
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-
-
 def way_of(inputs: Sequence[Any]) -> int:
     """How a call of these inputs is taken: TORCH, torch's own way through the operator (while
     compiling, for a tensor subclass, under a dispatch mode or a torch.func transform, whose
@@ -432,7 +394,7 @@ def way_of(inputs: Sequence[Any]) -> int:
     DIFFERENTIABLE where a plain tensor wants a gradient (the op's autograd.Function), and
     DISPATCH where none does (the dispatcher at once). tkreg.ops.<op> and the operators' autograd
     kernels ask alike."""
-    if torch.compiler.is_compiling() or _transforms_active() or _has_tangents(inputs):
+    if torch.compiler.is_compiling() or transforms_active() or has_tangents(inputs):
         return TORCH
     grad, wanted = torch.is_grad_enabled(), False
     for t in inputs:
@@ -469,8 +431,8 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         nested transforms, whose gradients would have to be differentiable) the peer's own call,
         torch's code, which every transform takes. Without a peer, a vmap goes through the
         operator (torch batches it per sample) and forward-mode AD is an error."""
-        levels = _transform_levels()
-        if levels == ("Grad",) and transformed is not None and _wants_gradient(inputs):
+        levels = transform_levels()
+        if levels == ("Grad",) and transformed is not None and wants_gradient(inputs):
             got = transformed(*inputs, dispatcher.params.as_dict(dispatcher.params.values(params)))
             return got if pick is None else pick(got)
         if op.peer is not None:
@@ -482,19 +444,19 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         return NOT_TAKEN
 
     def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
-        odd = _unusual_layout(inputs)
+        odd = unusual_layout(inputs)
         if odd is not None:  # kernels and plans take strided tensors: torch's own code takes the rest
             if op.peer is None:
                 raise InputError(f"tkreg.ops.{op.name}: {odd}; its kernels take strided tensors, and op {op.name!r} has "
                                  "no peer")  # fmt: skip
             return dispatcher.peer_own_call(inputs, params, f"{odd}: the peer's own code takes it", "runs")
-        if _transforms_active():
+        if transforms_active():
             got = under_transforms(inputs, params)
             if got is not NOT_TAKEN:
                 return got
-        if op.peer is not None and _autocast_on():  # torch.autocast casts torch's own code, not tkreg's kernels
+        if op.peer is not None and autocast_on():  # torch.autocast casts torch's own code, not tkreg's kernels
             return dispatcher.peer_own_call(inputs, params, "torch.autocast takes the peer's own code", "runs")
-        if _has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
+        if has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
             if op.peer is None:
                 raise NoGradientError(f"tkreg.ops.{op.name} has no forward-mode gradient (dual tensors of "
                                       f"torch.autograd.forward_ad) and op {op.name!r} has no peer to compute one")  # fmt: skip
@@ -691,8 +653,8 @@ def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
 def _scope(params: Any) -> dict[str, Any]:
     """The names the generated fast paths read."""
     return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
-            "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "transforms_active": _transforms_active,
-            "forward_ad": forward_ad, "autocast_on": _autocast_on, "STRIDED": torch.strided,
+            "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "transforms_active": transforms_active,
+            "forward_ad": forward_ad, "autocast_on": autocast_on, "STRIDED": torch.strided,
             "defaults": params.defaults, "values": params.values, "native_key": native.plan_key(),
             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
 
@@ -740,7 +702,7 @@ def _looped_call(plans: dict[Any, Any], defaults: tuple[Any, ...], slow: Callabl
         if is_compiling():
             return traced(inputs, params)
         # a transform's tensors have no data_ptr() for the key; a dual tensor's tangent, autocast not in it
-        if not params and not _transforms_active() and forward_ad._current_level < 0 and not _autocast_on():
+        if not params and not transforms_active() and forward_ad._current_level < 0 and not autocast_on():
             grad = grad_enabled()
             for t in inputs:
                 if type(t) not in _PLAIN or (grad and t.requires_grad):

@@ -34,9 +34,13 @@ def unusual_layout(inputs: Sequence[Any]) -> str | None:
     return None
 
 
-def autocast_on() -> bool:
-    """Whether torch.autocast is on, for CUDA or the CPU."""
+def _autocast_either() -> bool:
     return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
+
+
+# Whether torch.autocast is on, for any device type: one C call where torch has it (a fast path
+# asks on every call), else CUDA's and the CPU's.
+autocast_on: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled", _autocast_either)
 
 
 def no_autocast() -> Any:

@@ -587,7 +587,10 @@ def call({defaults}, /, *rest, **params):
     if is_compiling():
         return traced(tuple([t for t in ({names},) if t is not MISSING]) + rest, params)
     if {no_params}not rest and {plain}:
-        plan = plans.get(({key}{values}))
+        try:
+            plan = plans.get(({key}{values}))
+        except RuntimeError:  # a tensor without strides or sizes (sparse, nested): the checked path
+            plan = None
         if plan is not None and not in_mode():
             if not (grad_enabled() and ({wanted})):
                 return plan.returned({names})
@@ -606,7 +609,10 @@ _VALUES = ", ({given}) if len(params) == {count} and {typed} else values(params)
 # autograd kernel and its packet's __call__ both begin with it (:func:`_planned_run`).
 _PLANNED_RUN = """\
 if {plain} and not is_compiling() and not (grad_enabled() and ({wanted})):
-    plan = slot.dispatcher._plans{table}.get(({key}{values}))
+    try:
+        plan = slot.dispatcher._plans{table}.get(({key}{values}))
+    except RuntimeError:  # a tensor without strides or sizes (sparse, nested): the checked path
+        plan = None
     if plan is not None and not in_mode():
         return plan.run({names})
 """
@@ -643,9 +649,11 @@ def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
     fields = {"names": joined, "wanted": " or ".join(f"{n}.requires_grad" for n in names), "values": _values_source(params.names)}
     if native.plan_key() is not None:
         return {**fields, "plain": "True", "key": f"native_key({joined})", "table": ".fast"}
-    # the Python key reads data_ptr(), which a torch.func transform's wrapped tensor does not have,
-    # and nothing of a dual tensor's tangent or of torch.autocast (the C++ key refuses all three)
-    plain = " and ".join(f"type({n}) in PLAIN and {n}.layout is STRIDED and not {n}.is_nested" for n in names)
+    # The Python key reads data_ptr(), which a torch.func transform's wrapped tensor lacks, and
+    # strides and sizes, which sparse and nested tensors lack (the templates catch that and take
+    # the checked path); it holds nothing of a dual tensor's tangent or of torch.autocast. The C++
+    # key refuses all of these.
+    plain = " and ".join(f"type({n}) in PLAIN" for n in names)
     return {**fields, "plain": f"{plain} and not transforms_active() and forward_ad._current_level < 0 and not autocast_on()",
             "key": keys.source(names), "table": ""}  # fmt: skip
 
@@ -654,7 +662,7 @@ def _scope(params: Any) -> dict[str, Any]:
     """The names the generated fast paths read."""
     return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
             "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "transforms_active": transforms_active,
-            "forward_ad": forward_ad, "autocast_on": autocast_on, "STRIDED": torch.strided,
+            "forward_ad": forward_ad, "autocast_on": autocast_on,
             "defaults": params.defaults, "values": params.values, "native_key": native.plan_key(),
             **{f"KIND{i}": kind for i, kind in enumerate(params.kinds)}}  # fmt: skip
 

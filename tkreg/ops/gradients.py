@@ -107,26 +107,41 @@ def formula_run(op: Op, plan: BackwardPlan, grad_index: tuple[int, ...]) -> Call
 
 
 def peer_run(
-    op: Op, plan: BackwardPlan, grad_index: tuple[int, ...], differentiable: tuple[int, ...]
+    op: Op, plan: BackwardPlan, grad_index: tuple[int, ...], differentiable: tuple[int, ...], connected: bool = False
 ) -> Callable[..., tuple[Any, ...]]:
-    """Gradient calls through autograd of the op's peer, which recomputes the forward."""
+    """Gradient calls through autograd of the op's peer, which recomputes the forward.
+
+    ``connected``: gradients that are themselves differentiable (a backward with
+    ``create_graph=True``). Each input then enters through an alias of its own, still part of the
+    caller's graph, so the gradient of one is the path through it alone (one input may be
+    computed from another, x and x * w), and the gradients record their own graph. Otherwise the
+    inputs enter as fresh leaves."""
     import torch
 
     peer = refs.resolve(op.peer)
     params = plan.params
+    # the peer's outputs by the op's output index: every one, or those the op returns
+    returned = [i for i, o in enumerate(op.outputs) if o.returned]
 
     def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
         wanted = {i for i, need in zip(grad_index, needs) if need}
         with torch.enable_grad(), _autograd_dispatch():
-            leaves = [x.detach().requires_grad_(i in wanted) for i, x in enumerate(inputs)]
+            if connected:
+                leaves = [x.view_as(x) if x.requires_grad else x for x in inputs]
+            else:
+                leaves = [x.detach().requires_grad_(i in wanted) for i, x in enumerate(inputs)]
             outs = as_tuple(peer(*leaves, out=None, **params))
-            pairs = [(outs[i], g) for i, g in zip(differentiable, grad_outputs) if outs[i].requires_grad]
+            position = {i: i for i in range(len(outs))} if len(outs) == len(op.outputs) else {
+                i: n for n, i in enumerate(returned)}  # fmt: skip
+            pairs = [(outs[position[i]], g) for i, g in zip(differentiable, grad_outputs)
+                     if i in position and outs[position[i]].requires_grad]  # fmt: skip
             targets = [leaves[i] for i in grad_index if i in wanted]
             if targets and not pairs:  # zeros would be a wrong answer, not a gradient
                 raise NoGradientError(f"tkreg.ops.{op.name}: autograd recorded nothing through the peer "
                                       f"{op.peer_name} here (is autograd off where this backward runs?)")
             got = iter(
-                torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True)
+                torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], create_graph=connected,
+                                    allow_unused=True)
                 if pairs and targets
                 else [None] * len(targets)
             )

@@ -217,31 +217,13 @@ class Training:
         gradients would be constants to that second differentiation, which would silently miss
         their part, so: torch's autograd through the peer's own call on the inputs themselves,
         recorded; else the op's formula, torch code; else NoGradientError."""
-        import torch
-
         op, grads = self.op, self.grad_index
-        params = self.params.as_dict(values or self.params.defaults)
+        plan = gradients.BackwardPlan(None, (), self.params.as_dict(values or self.params.defaults))
         if op.peer is not None:
-            # each input through an alias of its own: the gradient of one is then the path through
-            # it alone (one input may be computed from another, x and x * w), and stays connected
-            # to the caller's graph for the next differentiation
-            inputs = [t.view_as(t) if t.requires_grad else t for t in inputs]
-            targets = [inputs[i] for i, need in zip(grads, needs) if need]
-            outs = as_tuple(self._functional_peer(params)(*inputs))
-            position = {i: i for i in range(len(outs))} if len(outs) == len(op.outputs) else {
-                i: n for n, i in enumerate(self.returned)}  # fmt: skip
-            pairs = [(outs[position[i]], g) for i, g in zip(self.differentiable, grad_outputs)
-                     if i in position and outs[position[i]].requires_grad]  # fmt: skip
-            got = iter(torch.autograd.grad([o for o, _ in pairs], targets, [g for _, g in pairs], create_graph=True,
-                                           allow_unused=True) if pairs and targets else [None] * len(targets))  # fmt: skip
-            result = []
-            for i, need in zip(grads, needs):
-                g = next(got) if need else None
-                result.append(None if not need else torch.zeros_like(inputs[i]) if g is None else g)
-            return tuple(result)
+            run = gradients.peer_run(op, plan, grads, self.differentiable, connected=True)
+            return run(inputs, outputs, grad_outputs, tuple(needs))
         fixed = [o.name for o in op.outputs if not o.differentiable]
         if op.backward is not None and not fixed:
-            plan = gradients.BackwardPlan(None, (), params)
             return gradients.formula_run(op, plan, grads)(inputs, outputs, grad_outputs, tuple(needs))
         # a formula may read an output the op marks not differentiable (an rstd), a constant to
         # the next differentiation: its gradients would silently miss that output's part

@@ -561,10 +561,10 @@ def test_the_cuda_clock_times_calls_on_the_gpu_alone_and_refuses_calls_that_wait
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="captures calls in CUDA graphs")
-def test_threads_that_capture_at_once_take_turns_each_on_a_stream_of_its_own() -> None:
-    """Threads that tune at once capture at once: one capture at a time, each on a stream of its
-    thread's own (on one shared stream, or two captures at once, they failed: "operation not
-    permitted when stream is capturing", "Offset increment outside graph capture")."""
+def test_threads_that_capture_at_once_take_turns() -> None:
+    """Threads that tune at once capture at once: one capture at a time, the clock's stream used
+    by one thread at a time (captures at once on one stream, or on a stream each, failed:
+    "operation not permitted when stream is capturing", "Offset increment outside graph capture")."""
     clock, start, errors = measuring.CudaClock(), threading.Barrier(4), []
 
     def captures() -> None:

@@ -204,9 +204,9 @@ class CudaClock:
 
     def __init__(self) -> None:
         self._sleep_loaded: set[int] = set()  # the devices whose sleep kernel has run
-        # per thread and device, the stream calls are captured on: threads that tune at once must
-        # not enqueue on (or wait on) a stream another one is capturing
-        self._local = threading.local()
+        # per device, the stream calls are captured on; used only under _CAPTURING, so no thread
+        # enqueues on (or waits on) it while another captures there
+        self._streams: dict[int, Any] = {}
 
     def __call__(self, call: Callable[[], Any], n: int) -> tuple[float, float]:
         """(ms from the first call's start to the last one's end on the GPU, ms the host took to
@@ -267,13 +267,12 @@ class CudaClock:
         from .capturing import quiet
 
         device = torch.cuda.current_device()
-        streams = self._local.__dict__.setdefault("streams", {})
-        stream = streams.get(device)
-        if stream is None:
-            stream = streams[device] = torch.cuda.Stream()
         graph = torch.cuda.CUDAGraph()
         switches = quiet() if own else contextlib.nullcontext()
         with _CAPTURING:
+            stream = self._streams.get(device)
+            if stream is None:
+                stream = self._streams[device] = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 call()

@@ -30,6 +30,7 @@ from tests.ops_support import (  # noqa: E402
     installed_ops,
     recorded_calls,
     registry_with,
+    rms_reference,
 )
 from tkreg.ops import NoGradientError, PeerFallbackWarning  # noqa: E402
 
@@ -207,11 +208,6 @@ def _rms_inputs(seed: int, device: str) -> tuple[Any, Any]:
     return torch.randn(4, 16, generator=g).to(device), (1 + torch.randn(16, generator=g)).to(device)
 
 
-def _rms64(x: Any, w: Any, eps: float = 0.5) -> Any:
-    x, w = x.double(), w.double()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
 def test_without_a_peer_forward_mode_is_a_clear_error(toy_device: str) -> None:
     toy = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer=False)))
     x, w = _rms_inputs(12, toy_device)
@@ -225,7 +221,7 @@ def test_without_a_peer_vmap_runs_the_kernel_per_sample(toy_device: str) -> None
     toy = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer=False)))
     x, w = _rms_inputs(13, toy_device)
     got = torch.vmap(lambda xi: toy.toy_rms_norm(xi.unsqueeze(0), w, eps=0.5))(x)
-    _close(got.squeeze(1), _rms64(x, w))
+    _close(got.squeeze(1), rms_reference(x.double(), w.double(), 0.5)[0])
     assert len(calls("rms_torch")) == x.shape[0]
 
 

@@ -94,7 +94,8 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
         {"check": "pick", "ratio": 0.81, "pass": False, "choice_pass": True},
         {"check": "cold", "warmed": False, "first_us": 30.0, "warm_us": 10.0, "timing_calls": 0, "preload": {"signatures": 2},
          "warm_after_peer_us": 20.0, "torch_first_us": 15.0, "torch_warm_us": 10.0},
-        {"check": "cold", "warmed": False, "first_us": 12.0, "warm_us": 10.0, "timing_calls": 1},
+        {"check": "cold", "warmed": False, "first_us": 12.0, "warm_us": 10.0, "timing_calls": 1, "warm_over_2x": 1,
+         "warm_calls": 10},
         {"check": "cold", "warmed": True, "first_us": 11.0, "warm_us": 10.0, "timing_calls": 0},
     ]  # fmt: skip
     got = picks.summary(rows)
@@ -105,4 +106,5 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
     assert got["cold_within_2x_after_same_work"] == 1 and got["cold_torch_within_2x"] == 1
     assert got["cold_preload"] == {"signatures": 2} and got["cold_first_over_warm_median"] == 2.1
     assert (got["cold_warmed_calls"], got["cold_warmed_within_2x"]) == (1, 1) and "cold_warmed_preload" not in got
+    assert (got["cold_warm_samples_over_2x"], got["cold_warm_samples"]) == (1, 10) and "cold_warmed_warm_samples" not in got
     assert picks.summary([])["pick_share"] is None and cold.summary([]) == {}

@@ -244,6 +244,10 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert f"1 shapes a kernel runs: first call 150.0x a warm call (median; 150x to 150x; within 2x on 0; {same_work})" in text
     assert "within 2x on 1 of 2; within 2x of a warm call made after tkreg.ops' calls on 2 of 2)" in text
     assert "preloaded" not in text and "loaded 2" not in text  # older records do not say
+    assert "each also one sample" not in text  # older records kept no warm calls' spread
+    for row, over in zip(dispatch["rows"], (0, 3, 1)):
+        row.update(warm_over_2x=over, warm_calls=10)
+    assert "each also one sample, 4 of 30 took over twice their shape's median." in dispatch_table(dispatch)
     dispatch["rows"][0]["preload"] = {"signatures": 2, "left": 1, "seconds": 0.5}
     said = "as a model would (its first call, the process's first through tkreg.ops, loaded 2 remembered kernel signatures"
     assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in dispatch_table(dispatch)

@@ -503,6 +503,11 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
         said.append(f"Each tkreg first call came after the peer's own first call of the shape, which took "
                     f"{_median(torch_ratios):.1f}x its warm call (median; {_spread(torch_ratios)}; within 2x on {within} "
                     f"of {len(torch_ratios)}{after}).")  # fmt: skip
+    spread = [r for r in cold if _is_number(r.get("warm_over_2x")) and _is_number(r.get("warm_calls"))]
+    if spread:  # the base rate of a one-sample miss (.bench.dispatch.cold._first_and_warm)
+        said.append(f"A first call is one sample: of the warm calls behind the medians, each also one sample, "
+                    f"{sum(r['warm_over_2x'] for r in spread)} of {sum(r['warm_calls'] for r in spread)} took over "
+                    f"twice their shape's median.")  # fmt: skip
     if any(r.get("warm_after_peer_us") for r in cold):
         said.append("A call made right after other work costs more than one of a run of calls (the host's caches "
                     "and clock), so each first call is also compared with a warm call made after the same work: "

@@ -17,6 +17,8 @@ from ...core.loading import default_registry
 from ..calls import Signature, make_inputs, peer_call, say
 from .picks import chosen_labels
 
+WARM_CALLS = 10  # per shape, after its first call: their median is the warm call
+
 
 def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict[str, Any]]:
     """Two new processes over this one's cache: one calls each signature as a model would, the
@@ -90,13 +92,14 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
             row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
         peer = peer_call(op, inputs, None)  # as torch code calls it
         if peer is not None:
-            first, warm = _first_and_warm(peer)
+            first, warm, _ = _first_and_warm(peer)
             row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
         call = functools.partial(ops.get(op_name), *inputs)
         plans = ops._installed["dispatchers"][op_name]._plans
         before, planned_before = counted["n"], len(plans)
-        first, warm = _first_and_warm(call)
-        row.update(first_us=round(first, 1), warm_us=round(warm, 1), timing_calls=counted["n"] - before,
+        first, warm, spread = _first_and_warm(call)
+        row.update(first_us=round(first, 1), warm_us=round(warm, 1), warm_over_2x=spread, warm_calls=WARM_CALLS,
+                   timing_calls=counted["n"] - before,
                    source=_source(op_name, inputs), runs=chosen_labels(op_name, inputs)[0],
                    planned=len(plans) > planned_before)  # fmt: skip
         if peer is not None:
@@ -136,18 +139,22 @@ def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_befo
     return (time.perf_counter() - start) * 1e6
 
 
-def _first_and_warm(call: Callable[[], Any]) -> tuple[float, float]:
-    """A call's first time and the median of ten more (us), each synchronized."""
+def _first_and_warm(call: Callable[[], Any], warm_calls: int = WARM_CALLS) -> tuple[float, float, int]:
+    """A call's first time and the median of ``warm_calls`` more (us), each synchronized, and how
+    many of those warm calls took over twice their median: the first call is one sample, and a
+    warm call sampled once misses 2x at some rate too, which says how much of the first calls'
+    misses the host's jitter alone accounts for."""
     import torch
 
     times = []
-    for _ in range(11):
+    for _ in range(warm_calls + 1):
         torch.cuda.synchronize()
         start = time.perf_counter()
         call()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e6)
-    return times[0], statistics.median(times[1:])
+    warm = statistics.median(times[1:])
+    return times[0], warm, sum(t > 2 * warm for t in times[1:])
 
 
 def _source(op: str, inputs: tuple[Any, ...]) -> str:
@@ -175,6 +182,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             got[f"{prefix}_within_2x"] = sum(x <= 2.0 for x in ratios)
             got[f"{prefix}_calls"] = len(ratios)
             got[f"{prefix}_timing_calls"] = sum(r.get("timing_calls", 0) for r in cold)
+            sampled = [r for r in cold if "warm_over_2x" in r]
+            if sampled:  # the base rate: warm calls, each one sample, over 2x their own median
+                got[f"{prefix}_warm_samples_over_2x"] = sum(r["warm_over_2x"] for r in sampled)
+                got[f"{prefix}_warm_samples"] = sum(r["warm_calls"] for r in sampled)
             preloaded = [r["preload"] for r in cold if r.get("preload")]
             if preloaded:  # what the process's first call loaded ahead (tkreg.ops.warming.preload)
                 got[f"{prefix}_preload"] = preloaded[0]

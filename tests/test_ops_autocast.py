@@ -1,10 +1,12 @@
-"""tkreg.ops under torch.autocast: a call is torch's own (the peer's), so it computes in the dtypes
-autocast gives torch's code, whichever candidate the signature's plan runs outside autocast;
-torch.ops.tkreg.<op> computes in its inputs' dtypes. Kernels run under the Triton interpreter
-(CPU) or on a GPU."""
+"""tkreg.ops under torch.autocast: an op that declares what autocast does to it (Op.autocast)
+has its inputs cast as torch casts its peer's, then runs tkreg's kernels, so a call computes in
+the dtypes torch's code would, forward and backward, eagerly, through torch.ops.tkreg and
+compiled. An op that declares nothing for the device type makes the peer's own call, compiled
+too. Kernels run under the Triton interpreter (CPU) or on a GPU."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -15,11 +17,26 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from tests.ops_support import choice_by_priority, device_or_skip, installed_ops  # noqa: E402
-from tkreg.ops import PeerFallbackWarning  # noqa: E402
+import tkreg  # noqa: E402
+from tests.ops_support import (  # noqa: E402
+    ToyPlugin,
+    choice_by_priority,
+    device_or_skip,
+    install,
+    installed_ops,
+    registry_with,
+    toy_kernel,
+    toy_mul_refusing,
+)
+from tkreg.ops import PeerFallbackWarning, autocasting  # noqa: E402
+from tkreg.testing.checking import compare  # noqa: E402
+from tkreg.testing.harness import float64_reference  # noqa: E402
 
 device = pytest.fixture(scope="module")(device_or_skip)
 ops = pytest.fixture(installed_ops)
+OPS = ["matmul", "layer_norm", "rms_norm", "sum_row", "add"]
+# the ops' tolerance scales at these sizes: a dot product of 64, row sums of 40
+SCALES = {"matmul": math.sqrt(64), "sum_row": math.sqrt(40)}
 
 
 @pytest.fixture(autouse=True)
@@ -27,47 +44,152 @@ def kernels_by_priority(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     choice_by_priority(monkeypatch, tmp_path, interpreter=False)  # the interpreter is on for the whole process or not at all
 
 
-def _calls(ops: Any, device: str) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
-    """tkreg's call and torch's own of each op, on float32 inputs (bfloat16 for sum_row, which
-    autocast computes in float32), as a model under autocast makes them."""
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Any:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _inputs(op: str, device: str, requires_grad: bool = False) -> tuple[Any, ...]:
+    """float32 inputs as a model under autocast passes them (bfloat16 rows for sum_row, which
+    autocast sums to float32 on CUDA), and weights in float32 beside a bfloat16 activation for
+    the norms (mixed, as an autocast region makes them)."""
     g = torch.Generator().manual_seed(3)
-    a, b = (torch.randn(shape, generator=g).to(device) for shape in ((24, 64), (64, 32)))
-    x, w, bias = (torch.randn(shape, generator=g).to(device) for shape in ((6, 40), (40,), (40,)))
-    x16 = x.bfloat16()
-    return {
-        "matmul": (lambda: ops.matmul(a, b), lambda: torch.matmul(a, b)),
-        "layer_norm": (lambda: ops.layer_norm(x, w, bias), lambda: F.layer_norm(x, (40,), w, bias, eps=1e-5)),
-        "rms_norm": (lambda: ops.rms_norm(x, w), lambda: F.rms_norm(x, (40,), w, eps=1e-6)),
-        "sum_row": (lambda: ops.sum_row(x16), lambda: x16.sum(-1)),
-        "add": (lambda: ops.add(a, a), lambda: torch.add(a, a)),
-    }
+    shapes = {"matmul": ((24, 64), (64, 32)), "layer_norm": ((6, 40), (40,), (40,)), "rms_norm": ((6, 40), (40,)),
+              "sum_row": ((6, 40),), "add": ((24, 64), (24, 64))}[op]  # fmt: skip
+    made = [torch.randn(shape, generator=g).to(device) for shape in shapes]
+    if op in ("sum_row", "layer_norm", "rms_norm"):
+        made[0] = made[0].bfloat16()
+    return tuple(t.requires_grad_(requires_grad) for t in made)
+
+
+def _torch_call(op: str) -> Callable[..., Any]:
+    return {"matmul": torch.matmul, "add": torch.add, "sum_row": lambda x: x.sum(-1),
+            "layer_norm": lambda x, w, b: F.layer_norm(x, (40,), w, b, eps=1e-5),
+            "rms_norm": lambda x, w: F.rms_norm(x, (40,), w, eps=1e-6)}[op]  # fmt: skip
+
+
+def _assert_close_to_reference(op_name: str, got: Any, inputs: tuple[Any, ...], device: str) -> None:
+    """``got`` against the float64 reference of the inputs as the op's policy casts them, within
+    the op's tolerance for ``got``'s dtype."""
+    op = tkreg.default_registry().op(op_name)
+    cast = autocasting.cast(inputs, device, autocasting.target_dtype(op.autocast_policy(device), device))
+    params = {p.name: p.default for p in op.params}
+    want = float64_reference(op, tuple(t.detach() for t in cast), params)[0]
+    tol = op.tolerances[str(got.dtype).removeprefix("torch.")].scaled(SCALES.get(op_name, 1.0))
+    result = compare(got, want.to(got.dtype).double(), tol)
+    assert result.ok, result.report(f"{op_name} under autocast on {device}")
 
 
 @pytest.mark.parametrize("planned", [True, False], ids=["planned outside autocast", "first call under autocast"])
-@pytest.mark.parametrize("op", ["matmul", "layer_norm", "rms_norm", "sum_row", "add"])
-def test_a_call_under_autocast_gives_torchs_result(ops: Any, device: str, op: str, planned: bool) -> None:
-    mine, theirs = _calls(ops, device)[op]
+@pytest.mark.parametrize("op", OPS)
+def test_a_call_under_autocast_computes_in_torchs_dtypes(ops: Any, device: str, op: str, planned: bool) -> None:
+    inputs = _inputs(op, device)
+    mine, theirs = getattr(ops, op), _torch_call(op)
+    declared = tkreg.default_registry().op(op).autocast_policy(device) is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PeerFallbackWarning)
-        outside = mine() if planned else None
+        outside = mine(*inputs) if planned else None
         with torch.autocast(device, dtype=torch.bfloat16):
-            got, want = mine(), theirs()
-            again = mine()
-            told = ops.explain("add", *(2 * [torch.ones(3, device=device)]))
-        after = mine()
-    assert got.dtype == want.dtype and torch.equal(got, want) and torch.equal(again, want)
-    assert told.endswith("calls its peer torch.add: torch.autocast takes the peer's own code")  # explain says so
-    assert after.dtype == theirs().dtype  # outside autocast again: the plan's own call, its own dtype
-    if outside is not None:
+            got, want, again = mine(*inputs), theirs(*inputs), mine(*inputs)
+            told = ops.explain(op, *inputs)
+        after = mine(*inputs)
+    assert got.dtype == want.dtype and again.dtype == want.dtype and torch.equal(got, again)
+    if declared:  # tkreg's kernels, in the dtypes torch computes in
+        assert "calls its peer" not in told and "torch.autocast" in told, told
+        _assert_close_to_reference(op, got, inputs, device)
+    else:  # the peer's own call: torch's result, bit for bit
+        assert told.endswith(f"declares no autocast policy for {device})") and torch.equal(got, want), told
+    if outside is not None:  # outside autocast again: the plan's own call, in the inputs' dtypes
         assert torch.equal(after, outside)
 
 
-def test_the_torch_operator_computes_in_its_inputs_dtypes_under_autocast(ops: Any, device: str) -> None:
-    g = torch.Generator().manual_seed(4)
-    a, b = (torch.randn(shape, generator=g).to(device) for shape in ((24, 64), (64, 32)))
+@pytest.mark.parametrize("op", ["matmul", "layer_norm", "rms_norm"])
+def test_gradients_under_autocast_reach_the_inputs_in_their_own_dtypes(ops: Any, device: str, op: str) -> None:
+    mine, theirs = _inputs(op, device, requires_grad=True), _inputs(op, device, requires_grad=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PeerFallbackWarning)
-        outside = torch.ops.tkreg.matmul(a, b)
         with torch.autocast(device, dtype=torch.bfloat16):
-            inside = torch.ops.tkreg.matmul(a, b)
-    assert inside.dtype == torch.float32 and torch.equal(inside, outside)
+            got, want = getattr(ops, op)(*mine), _torch_call(op)(*theirs)
+        upstream = torch.randn(got.shape, generator=torch.Generator().manual_seed(5)).to(device, got.dtype)
+        got.backward(upstream)
+        want.backward(upstream)
+    for a, b in zip(mine, theirs):
+        assert a.grad is not None and a.grad.dtype == a.dtype == b.grad.dtype
+        # both through bfloat16 or float32 arithmetic: within a few units of the coarser one
+        scale = b.grad.abs().max().item()
+        assert (a.grad.double() - b.grad.double()).abs().max().item() <= 0.05 * scale + 1e-3, op
+
+
+def test_the_torch_operator_casts_as_the_op_declares(ops: Any, device: str) -> None:
+    a, b = _inputs("matmul", device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PeerFallbackWarning)
+        outside_sum = torch.ops.tkreg.add(a, a)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            product, total = torch.ops.tkreg.matmul(a, b), torch.ops.tkreg.add(a, a)
+            eager = ops.matmul(a, b)
+    assert product.dtype == torch.bfloat16 and torch.equal(product, eager)  # "lower": the same kernel on bfloat16 inputs
+    assert total.dtype == torch.float32 and torch.equal(total, outside_sum)  # "unchanged"
+
+
+def test_a_compiled_call_under_autocast_casts_as_an_eager_one(ops: Any, device: str) -> None:
+    a, b = _inputs("matmul", device)
+    compiled = torch.compile(lambda a, b: ops.matmul(a, b), fullgraph=True, backend="aot_eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PeerFallbackWarning)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            got, eager = compiled(a, b), ops.matmul(a, b)
+            mixed = compiled(a.bfloat16(), b)  # a bfloat16 activation and a float32 weight
+        outside = compiled(a, b)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, eager) and torch.equal(mixed, eager)
+    assert outside.dtype == torch.float32
+
+
+def test_an_op_that_declares_nothing_is_the_peers_own_code_eager_and_compiled(device: str) -> None:
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs: list[str] = []
+
+    def keep(gm: Any, example_inputs: Any) -> Any:
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    # a launcher the compiler cannot trace: the operator stays in a graph that calls it
+    ops = install(registry_with(ToyPlugin(toy_kernel("toy_mul_picky", toy_mul_refusing))))
+    try:
+        x, y = (torch.randn(6, 7, generator=torch.Generator().manual_seed(i)).to(device) for i in (1, 2))
+        compiled = torch.compile(lambda x, y: ops.toy_mul(x, y), fullgraph=True, backend=aot_autograd(fw_compiler=keep))
+        assert "declares no autocast policy" not in ops.explain("toy_mul", x, y)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.autocast(device, dtype=torch.bfloat16):
+                eager, got = ops.toy_mul(x, y), compiled(x, y)
+                told = ops.explain("toy_mul", x, y)
+        assert torch.equal(got, x * y) and torch.equal(eager, x * y)
+        assert told.endswith(f"declares no autocast policy for {device})")
+        assert any("torch.autocast takes the peer's own code" in str(w.message) for w in caught)
+        assert graphs and "tkreg" not in graphs[-1] and "aten.mul" in graphs[-1]  # the peer traced, not the operator
+        assert torch.equal(compiled(x, y), x * y)  # outside autocast: the operator
+        assert len(graphs) == 2 and "tkreg" in graphs[-1]
+    finally:
+        tkreg.ops.uninstall()
+
+
+def test_autocast_policies_are_checked_when_an_op_is_declared() -> None:
+    from tests.ops_support import toy_cost, toy_make_inputs, toy_make_output, toy_reference
+
+    def toy(autocast: Any) -> tkreg.Op:
+        return tkreg.Op(name="toy", reference=toy_reference, make_inputs=toy_make_inputs, make_output=toy_make_output,
+                        cases=(tkreg.case(M=2, N=2),), dtypes=("float32",), tolerances={"float32": tkreg.Tolerance(0, 0)},
+                        cost=toy_cost, autocast=autocast)  # fmt: skip
+
+    assert toy("lower").autocast_policy("cuda") == "lower" and toy("lower").autocast_policy("xpu") == "lower"
+    both = toy({"cuda": "float32", "cpu": "unchanged"})
+    assert [both.autocast_policy(d) for d in ("cuda", "cpu", "xpu")] == ["float32", "unchanged", None]
+    assert toy(None).autocast_policy("cuda") is None
+    for bad in ("half", {"cuda": "fp16"}, {}, {"": "lower"}, 3):
+        with pytest.raises(tkreg.SpecError, match="autocast"):
+            toy(bad)

@@ -42,6 +42,26 @@ FEATURES: dict[str, tuple[caps.Capability, caps.Capability]] = {
 }
 
 
+# What torch.autocast may do to an op's floating inputs (Op.autocast), after torch's own lists.
+AUTOCAST_POLICIES = ("lower", "float32", "unchanged")
+ANY_DEVICE = "*"  # Op.autocast given as one word: every device type
+
+
+def _check_autocast(name: str, value: object) -> Mapping[str, str] | None:
+    """``Op.autocast`` as a mapping from device type (or ANY_DEVICE) to a policy."""
+    if value is None:
+        return None
+    given = {ANY_DEVICE: value} if isinstance(value, str) else value
+    if not isinstance(given, Mapping) or not given:
+        raise SpecError("op", name, "autocast", f"must be a policy or map device types to policies, got {value!r}")
+    for device_type, policy in given.items():
+        if not isinstance(device_type, str) or not device_type:
+            raise SpecError("op", name, "autocast", f"device types are names such as 'cuda', got {device_type!r}")
+        if policy not in AUTOCAST_POLICIES:
+            raise SpecError("op", name, "autocast", f"{device_type}: {policy!r} is not one of {', '.join(AUTOCAST_POLICIES)}")
+    return dict(given)
+
+
 def _check_name(kind: str, name: object) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise SpecError(kind, str(name), "name", "must be lower-case letters, digits, '_', '-' or '.', starting with a letter")
@@ -169,6 +189,13 @@ class Op:
     tensors of any rank map onto kernel inputs (:mod:`tkreg.core.contracts`). ``measured`` names a
     package folder ("package:folder") of wall-time measurements of the op's kernels per GPU
     (``<device-name>.json``): the prior tkreg.ops ranks by where it does not time calls itself.
+    ``autocast`` says what torch.autocast does to the op, as torch's own lists say for its peer:
+    "lower" (cast floating inputs to autocast's dtype, as for torch.matmul), "float32" (cast them
+    to float32, as for F.layer_norm on CUDA) or "unchanged" (the inputs' own dtypes, as for
+    torch.add); one word for every device type, or a mapping from device type ("cuda", "cpu") to
+    one (torch's lists differ between them). Under autocast, tkreg.ops casts as declared and runs
+    the kernels; where the op declares nothing for the inputs' device type, the call is the peer's
+    own (or, without a peer, computes in the inputs' dtypes).
     """
 
     name: str
@@ -196,6 +223,7 @@ class Op:
     contract: Contract = field(default_factory=plain)
     rivals: Mapping[str, Ref] = field(default_factory=dict)
     measured: str | None = None
+    autocast: str | Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         kind = "op"
@@ -212,6 +240,7 @@ class Op:
                 raise SpecError(kind, self.name, "rivals", f"names must be non-empty and differ from the peer's, got {rival!r}")
             _check_ref(kind, self.name, f"rivals[{rival}]", ref)
         object.__setattr__(self, "rivals", dict(self.rivals))
+        object.__setattr__(self, "autocast", _check_autocast(self.name, self.autocast))
         if self.measured is not None and (not isinstance(self.measured, str) or ":" not in self.measured):
             raise SpecError(kind, self.name, "measured", f"must be 'package:folder', got {self.measured!r}")
         object.__setattr__(self, "dtypes", _check_dtypes(kind, self.name, "dtypes", self.dtypes, allow_empty=False))
@@ -291,6 +320,14 @@ class Op:
 
     def __repr__(self) -> str:
         return f"Op({self.name!r}, dtypes={self.dtypes!r}, cases={len(self.cases)})"
+
+    def autocast_policy(self, device_type: str) -> str | None:
+        """What torch.autocast does to the op on ``device_type`` (see ``autocast``); None where
+        the op does not say."""
+        policies = self.autocast
+        if policies is None:
+            return None
+        return policies.get(device_type, policies.get(ANY_DEVICE))  # type: ignore[union-attr]
 
     def cases_in(self, *case_sets: str) -> tuple[Case, ...]:
         return tuple(c for c in self.cases if any(s in c.sets for s in case_sets))

@@ -40,7 +40,8 @@ __all__ = [
 ]
 # Op names that stay reachable through get() only: they would hide this package's own names, its
 # functions and its modules (importing a module sets the package's attribute of that name).
-_RESERVED = {*__all__, *(module.name for module in pkgutil.iter_modules(__path__))}
+_MODULES = frozenset(module.name for module in pkgutil.iter_modules(__path__))
+_RESERVED = {*__all__, *_MODULES}
 
 _installed: dict[str, Any] = {"registry": None, "ops": {}, "dispatchers": {}}
 # One install at a time: threads that first use tkreg.ops together get one set of callables and
@@ -180,7 +181,7 @@ def traceable(launcher: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
+    if name.startswith("__") or name in _MODULES:  # a module not imported yet: ``from . import x`` imports it then
         raise AttributeError(name)
     ops = _ops()
     if name in ops:

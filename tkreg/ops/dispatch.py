@@ -381,13 +381,20 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
     def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:
         """What a call with these inputs does and why (no launch); where a kernel runs them and
         the bucket's training choice is made, what a call that wants a gradient does."""
-        from .contexts import autocast_on, unusual_layout
+        from . import autocasting
+        from .contexts import autocast_on, no_autocast, unusual_layout
 
         values = self.params.values(params or {})
         odd = unusual_layout(inputs)
-        routed = f"{odd}: the peer's own code takes it" if odd else "torch.autocast takes the peer's own code" if (
-            autocast_on()) else None  # fmt: skip
-        if routed and self.op.peer is not None:  # as tkreg.ops.<op> takes them (library.entry_point)
+        routed = f"{odd}: the peer's own code takes it" if odd else None
+        if not odd and autocast_on():  # as tkreg.ops.<op> takes such a call (library.entry_point)
+            device_type, policy = autocasting.policy_for(self.op, inputs)
+            if policy is not None:
+                cast = autocasting.cast(inputs, device_type, autocasting.target_dtype(policy, device_type))
+                with no_autocast():
+                    return f"{autocasting.describe(policy, device_type)}; then {self.describe(cast, params)}"
+            routed = f"torch.autocast takes the peer's own code (the op declares no autocast policy for {device_type})"
+        if routed and self.op.peer is not None:
             return f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {routed}"
         if odd:
             return f"tkreg.ops.{self.op.name} raises InputError: {odd}; its kernels take strided tensors, and it has no peer"

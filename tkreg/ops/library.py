@@ -44,10 +44,11 @@ import torch
 from torch.autograd import forward_ad
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
+from ..core import refs
 from ..core.errors import InputError
 from ..core.generated import generated
 from ..core.specs import Op
-from . import keys, native
+from . import autocasting, keys, native
 from .after_import import after_import
 from .contexts import (
     autocast_on,
@@ -195,9 +196,38 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
     traced.register_autograd(backward, setup_context=setup_context)
     packet = getattr(getattr(torch.ops, TRACED_NAMESPACE), name)
     overload = packet.default
+    _cast_under_autocast(name, overload, slot)
     _call_eagerly(traced, overload, slot, setup_context, backward, runtime_overload)
     _take_planned_packet_calls(packet, slot)
     return overload
+
+
+# torch.library registrations live as long as their Library object: these, as long as the process.
+_AUTOCAST_LIBRARIES: list[Any] = []
+
+
+def _cast_under_autocast(name: str, overload: Any, slot: Slot) -> None:
+    """``torch.ops.tkreg.<op>``'s kernels for torch.autocast on CUDA and the CPU: the casts the op
+    declares (Op.autocast, :mod:`.autocasting`), then the operator with that autocast key left out,
+    as torch's own autocast kernels do; an op that declares none computes in its inputs' dtypes.
+    torch.compile traces these kernels too, so a compiled call casts as an eager one."""
+    library = torch.library.Library(TRACED_NAMESPACE, "IMPL")
+
+    def kernel_for(device_type: str, key: str) -> Callable[..., Any]:
+        left_out = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+
+        def kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
+            policy = slot.dispatcher.op.autocast_policy(device_type)
+            cast = autocasting.cast(inputs, device_type, autocasting.target_dtype(policy, device_type))
+            with torch._C._ExcludeDispatchKeyGuard(left_out):
+                return overload(*cast, **params)
+
+        return kernel
+
+    for device_type in ("cuda", "cpu"):
+        key = "Autocast" + torch._C._dispatch_key_for_device(device_type)
+        library.impl(name, kernel_for(device_type, key), key, with_keyset=True)
+    _AUTOCAST_LIBRARIES.append(library)
 
 
 def _call_eagerly(
@@ -454,8 +484,15 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
             got = under_transforms(inputs, params)
             if got is not NOT_TAKEN:
                 return got
-        if op.peer is not None and autocast_on():  # torch.autocast casts torch's own code, not tkreg's kernels
-            return dispatcher.peer_own_call(inputs, params, "torch.autocast takes the peer's own code", "runs")
+        if autocast_on():
+            device_type, policy = autocasting.policy_for(op, inputs)
+            if policy is not None:  # cast as torch casts the peer, then the usual call with autocast off
+                cast = autocasting.cast(inputs, device_type, autocasting.target_dtype(policy, device_type))
+                with no_autocast():
+                    return dispatcher.entry(*cast, **params) if dispatcher.entry is not None else slow(cast, params)
+            if op.peer is not None:  # the op does not say what autocast does to it: torch's own code does
+                return dispatcher.peer_own_call(inputs, params, "torch.autocast takes the peer's own code (the op "
+                                                f"declares no autocast policy for {device_type})", "runs")  # fmt: skip
         if has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
             if op.peer is None:
                 raise NoGradientError(f"tkreg.ops.{op.name} has no forward-mode gradient (dual tensors of "
@@ -486,6 +523,10 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
             return slow(inputs, params)
         if params:
             check_params(params)  # the op's own message for a bad parameter, not the schema's
+        if op.peer is not None and autocast_on() and autocasting.policy_for(op, inputs)[1] is None:
+            # an eager call is the peer's own here (see slow): the trace takes the same code
+            got = refs.resolve(op.peer)(*inputs, out=None, **dispatcher.params.as_dict(check_params(params)))
+            return got
         got = overload(*inputs, **params)
         return got if pick is None else pick(got)
 

@@ -56,6 +56,7 @@ ADD = Op(
     bound="memory",
     peer="torch:add",  # the builtin itself: tkreg.ops calls a peer plan without a frame of ours
     peer_name="torch.add",
+    autocast="unchanged",  # as torch.add: on none of torch.autocast's lists
     measured=f"{_MOD}:measured",
     description="C = A + B for tensors of one shape and dtype (kernels take them as 2-D views)",
     inputs=("a", "b"),

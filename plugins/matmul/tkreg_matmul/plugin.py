@@ -99,6 +99,7 @@ MATMUL = Op(
     bound="compute",
     peer="torch:matmul",  # B as given: cuBLAS reads a weight's transposed view as stored (TN), as F.linear does
     peer_name="torch.matmul",
+    autocast="lower",  # as torch.matmul: autocast computes it in the region's lower-precision dtype
     measured="tkreg_matmul:measured",
     tolerance_scale="tkreg_matmul.op:tolerance_scale",
     # Benchmarks in bf16 only, so the whole benchmark run stays near two minutes (both dtypes

@@ -84,6 +84,7 @@ def tkreg_register_ops(register: Any) -> None:
             bound="memory",
             peer=f"{PKG}.op:peer",
             peer_name="torch.sum",
+            autocast={"cuda": "float32", "cpu": "unchanged"},  # as torch.sum: a float32 output on CUDA, none on the CPU
             measured="tkreg_reductions:measured",
             bench_dtypes=("float32", "bfloat16"),
             inputs=("x",),

@@ -1,0 +1,71 @@
+"""torch.autocast and tkreg's ops: the casts an op declares (``Op.autocast``), made the way
+torch's own autocast makes them, so that a call under autocast runs tkreg's kernels in the dtypes
+torch's code would compute in.
+
+Torch casts a floating input on the autocast device type, float64 excepted, to the region's dtype
+for an op on its lower-precision list (matmul, linear) and to float32 for one on its float32 list
+(layer_norm on CUDA; sum's output there), and leaves every other op alone. An op declares which of
+these its peer gets, per device type; tkreg.ops then casts the inputs and calls the op with
+autocast off, which takes the usual plans (and tuning) for the cast inputs. Gradients flow back
+through the casts to the inputs' own dtypes, as through torch's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..core.specs import Op
+
+LOWER, FLOAT32, UNCHANGED = "lower", "float32", "unchanged"
+
+
+def device_type_of(inputs: Sequence[Any]) -> str | None:
+    """The device type of the first tensor input (None without one)."""
+    for t in inputs:
+        if isinstance(t, torch.Tensor):
+            return t.device.type
+    return None
+
+
+def policy_for(op: Op, inputs: Sequence[Any]) -> tuple[str, str | None]:
+    """The inputs' device type and what autocast does to ``op`` there: a policy of Op.autocast,
+    UNCHANGED where autocast is off for that device type (on for another only), None where the
+    op does not say."""
+    device_type = device_type_of(inputs)
+    if device_type is None or not torch.is_autocast_enabled(device_type):
+        return device_type or "", UNCHANGED
+    return device_type, op.autocast_policy(device_type)
+
+
+def target_dtype(policy: str | None, device_type: str) -> torch.dtype | None:
+    """The dtype ``policy`` casts floating inputs to (None: no cast)."""
+    if policy == LOWER:
+        return torch.get_autocast_dtype(device_type)
+    if policy == FLOAT32:
+        return torch.float32
+    return None
+
+
+def cast(inputs: Sequence[Any], device_type: str, dtype: torch.dtype | None) -> tuple[Any, ...]:
+    """The inputs as torch's autocast casts them: floating tensors on ``device_type``, float64
+    excepted, in ``dtype``; everything else as given."""
+    if dtype is None:
+        return tuple(inputs)
+    return tuple(
+        t.to(dtype)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype is not torch.float64 and t.device.type == device_type
+        else t
+        for t in inputs
+    )
+
+
+def describe(policy: str, device_type: str) -> str:
+    """What a call under autocast does first, for explain."""
+    dtype = target_dtype(policy, device_type)
+    if dtype is None:
+        return f"torch.autocast leaves it alone on {device_type} (the op's autocast policy {policy!r})"
+    name = str(dtype).removeprefix("torch.")
+    return f"torch.autocast casts its floating inputs to {name} on {device_type} (the op's autocast policy {policy!r})"

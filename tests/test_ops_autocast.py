@@ -74,7 +74,8 @@ def _assert_close_to_reference(op_name: str, got: Any, inputs: tuple[Any, ...], 
     """``got`` against the float64 reference of the inputs as the op's policy casts them, within
     the op's tolerance for ``got``'s dtype."""
     op = tkreg.default_registry().op(op_name)
-    cast = autocasting.cast(inputs, device, autocasting.target_dtype(op.autocast_policy(device), device))
+    with torch.autocast(device, dtype=torch.bfloat16):  # the region's dtype, as the call read it
+        cast = autocasting.cast(inputs, device, autocasting.target_dtype(op.autocast_policy(device), device))
     params = {p.name: p.default for p in op.params}
     want = float64_reference(op, tuple(t.detach() for t in cast), params)[0]
     tol = op.tolerances[str(got.dtype).removeprefix("torch.")].scaled(SCALES.get(op_name, 1.0))
@@ -120,6 +121,14 @@ def test_gradients_under_autocast_reach_the_inputs_in_their_own_dtypes(ops: Any,
         # both through bfloat16 or float32 arithmetic: within a few units of the coarser one
         scale = b.grad.abs().max().item()
         assert (a.grad.double() - b.grad.double()).abs().max().item() <= 0.05 * scale + 1e-3, op
+
+
+def test_a_float16_region_casts_to_float16(ops: Any, device: str) -> None:
+    a, b = _inputs("matmul", device)
+    with torch.autocast(device, dtype=torch.float16):
+        got, want = ops.matmul(a, b), torch.matmul(a, b)
+    assert got.dtype == want.dtype == torch.float16
+    torch.testing.assert_close(got, ops.matmul(a.half(), b.half()), rtol=0, atol=0)  # the same kernel on float16 inputs
 
 
 def test_the_torch_operator_casts_as_the_op_declares(ops: Any, device: str) -> None:

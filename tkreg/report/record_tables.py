@@ -425,7 +425,8 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
             work.append([f"Llama MLP block, {r['tokens']} tokens, eager", _us(r.get("eager_tkreg_us")),
                          _us(r.get("eager_torch_us")), f"{r['eager_torch_us'] / r['eager_tkreg_us']:.3f}"])  # fmt: skip
         if r.get("check") == "training" and _is_number(r.get("ratio")):
-            work.append([f"2-layer MLP training step, {r['tokens']} tokens", _us(r.get("tkreg_us")), _us(r.get("torch_us")),
+            how = f", float32 weights under autocast({r['autocast']})" if r.get("autocast") else ""
+            work.append([f"2-layer MLP training step, {r['tokens']} tokens{how}", _us(r.get("tkreg_us")), _us(r.get("torch_us")),
                          f"{r['ratio']:.3f}"])  # fmt: skip
         if r.get("check") == "row_training" and _is_number(r.get("ratio")):
             work.append([f"{r['op']} forward and backward, {r['shape']}", _us(r.get("tkreg_us")), _us(r.get("torch_us")),

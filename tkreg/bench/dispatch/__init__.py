@@ -19,7 +19,8 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
    torch.compile(fullgraph=True), in the default mode and in mode="reduce-overhead" (CUDA
    graphs), against torch.compile of the same block written with ``@``; and whether Inductor
    generated the same code for the two.
-5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch;
+5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch, in
+   bfloat16 and as mixed-precision training runs it (float32 weights, torch.autocast);
    and a forward and backward through each differentiable row op (a norm) at model sizes
    against the same through its peer, as torch code trains.
 6. Batched linear calls (B, M, K) @ (B, K, N) against torch.bmm.
@@ -76,6 +77,8 @@ def measure(deadline: Deadline) -> Measured:
         rows += compiled_mlp(mm, linear[0].name)
         deadline.check("the training step")
         rows += training_step(mm, linear[0].name)
+        deadline.check("the training step under autocast")
+        rows += training_step(mm, linear[0].name, autocast=True)
         rows += batched(mm, linear[0].name)
     for op in registry.ops():
         if op.contract.kind == "rows" and op.grads and op.peer is not None:

@@ -128,26 +128,32 @@ def _decisions(op: str, products: dict[str, tuple[Any, Any]]) -> dict[str, str]:
     return {what: ops.explain(op, a, b).splitlines()[0][:2000] for what, (a, b) in products.items()}
 
 
-def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
+def training_step(mm: Callable[..., Any], op: str, autocast: bool = False) -> list[dict[str, Any]]:
     """The step's time; what the forward's two products run, and what tkreg.ops would run for
     the backward formula's four (the input's gradient d_out @ W and the weight's x.t() @ d_out),
     which it calls where a kernel ran the forward (where the peer did, torch's autograd runs
-    torch's backward)."""
+    torch's backward). With ``autocast``, as mixed-precision training runs it: float32 weights
+    and input, the forward under torch.autocast(bfloat16), which casts them for each product."""
+    import contextlib
+
     import torch
     import torch.nn.functional as F
 
-
     t, h, inner = TRAIN["tokens"], TRAIN["hidden"], TRAIN["inner"]
-    x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
-    w1 = (torch.randn(inner, h, device="cuda", dtype=torch.bfloat16) / math.sqrt(h)).requires_grad_()
-    w2 = (torch.randn(h, inner, device="cuda", dtype=torch.bfloat16) / math.sqrt(inner)).requires_grad_()
+    stored = torch.float32 if autocast else torch.bfloat16
+    x = torch.randn(t, h, device="cuda", dtype=stored)
+    w1 = (torch.randn(inner, h, device="cuda", dtype=stored) / math.sqrt(h)).requires_grad_()
+    w2 = (torch.randn(h, inner, device="cuda", dtype=stored) / math.sqrt(inner)).requires_grad_()
 
     def step(linear: Callable[[Any, Any], Any]) -> None:
         w1.grad = w2.grad = None
-        out = linear(F.gelu(linear(x, w1.t())), w2.t())
+        with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+            out = linear(F.gelu(linear(x, w1.t())), w2.t())
         out.float().pow(2).mean().backward()
 
     row: dict[str, Any] = {"check": "training", "op": op, "tokens": t, "hidden": h, "inner": inner}
+    if autocast:
+        row["autocast"] = "bfloat16"
     try:
         step(mm)  # tunes the forward and backward shapes
         step(lambda a, b: a @ b)
@@ -157,14 +163,15 @@ def training_step(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
                                        for g, r in zip((w1.grad, w2.grad), grads_torch))  # fmt: skip
         row.update(_wall_us({"tkreg_us": lambda: step(mm), "torch_us": lambda: step(lambda a, b: a @ b)}))
         row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
-        h = F.gelu(x @ w1.t()).detach()
-        grad_out, grad_h = torch.empty(t, w2.shape[0], device="cuda", dtype=x.dtype), torch.empty_like(h)
-        products = {"x @ w1.t()": (x, w1.t()), "h @ w2.t()": (h, w2.t()), "d_out @ w2": (grad_out, w2.detach()),
-                    "h.t() @ d_out": (h.t(), grad_out), "d_h @ w1": (grad_h, w1.detach()), "x.t() @ d_h": (x.t(), grad_h)}
-        row["decisions"] = _decisions(op, products)
+        with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+            h = F.gelu(x @ w1.t()).detach()
+            grad_out, grad_h = torch.empty(t, w2.shape[0], device="cuda", dtype=h.dtype), torch.empty_like(h)
+            products = {"x @ w1.t()": (x, w1.t()), "h @ w2.t()": (h, w2.t()), "d_out @ w2": (grad_out, w2.detach()),
+                        "h.t() @ d_out": (h.t(), grad_out), "d_h @ w1": (grad_h, w1.detach()), "x.t() @ d_h": (x.t(), grad_h)}
+            row["decisions"] = _decisions(op, products)
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-    say(f"  training step: {row}")
+    say(f"  training step{' under autocast' if autocast else ''}: {row}")
     return [row]
 
 

@@ -118,7 +118,7 @@ def test_gradients_under_autocast_reach_the_inputs_in_their_own_dtypes(ops: Any,
         want.backward(upstream)
     for a, b in zip(mine, theirs):
         assert a.grad is not None and a.grad.dtype == a.dtype == b.grad.dtype
-        # both through bfloat16 or float32 arithmetic: within a few units of the coarser one
+        # both through bfloat16 arithmetic (a product, a bfloat16 output): within 5% of the largest gradient
         scale = b.grad.abs().max().item()
         assert (a.grad.double() - b.grad.double()).abs().max().item() <= 0.05 * scale + 1e-3, op
 

@@ -5,8 +5,7 @@ operators ask here; the generated fast paths ask the cheapest of these inline.""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -43,18 +42,20 @@ def _autocast_either() -> bool:
 autocast_on: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled", _autocast_either)
 
 
-@contextlib.contextmanager
-def no_autocast() -> Iterator[None]:
+class no_autocast:  # lower case: used as a function, as torch.no_grad is
     """A context with torch.autocast off for every device type it is on for: the flags alone, set
     and put back (a fifth of what entering ``torch.autocast(enabled=False)`` costs, which a call
-    under autocast pays each time)."""
-    was_on = [device_type for device_type in ("cuda", "cpu") if torch.is_autocast_enabled(device_type)]
-    for device_type in was_on:
-        torch.set_autocast_enabled(device_type, False)
-    try:
-        yield
-    finally:
-        for device_type in was_on:
+    under autocast pays each time), in a class rather than a generator, which costs a call more."""
+
+    __slots__ = ("was_on",)
+
+    def __enter__(self) -> None:
+        self.was_on = [device_type for device_type in ("cuda", "cpu") if torch.is_autocast_enabled(device_type)]
+        for device_type in self.was_on:
+            torch.set_autocast_enabled(device_type, False)
+
+    def __exit__(self, *exc: object) -> None:
+        for device_type in self.was_on:
             torch.set_autocast_enabled(device_type, True)
 
 

@@ -49,6 +49,27 @@ def installed_ops() -> Any:
     tkreg.ops.uninstall()
 
 
+def fresh_dynamo() -> Any:
+    """Fixture body: each test compiles from scratch, with no graph a previous test left."""
+    import torch
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def capturing_backend(graphs: list[str]) -> Any:
+    """aot_eager that keeps the code of every forward graph AOTAutograd hands the compiler."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward(gm: Any, example_inputs: Any) -> Any:
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    return aot_autograd(fw_compiler=forward)
+
+
 def recorded_calls() -> Any:
     """Fixture body: the toy kernels' calls (:data:`CALLS`) recorded from empty; tkreg.ops
     forgotten after the test."""

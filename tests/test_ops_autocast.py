@@ -20,8 +20,10 @@ import torch.nn.functional as F  # noqa: E402
 import tkreg  # noqa: E402
 from tests.ops_support import (  # noqa: E402
     ToyPlugin,
+    capturing_backend,
     choice_by_priority,
     device_or_skip,
+    fresh_dynamo,
     install,
     installed_ops,
     registry_with,
@@ -44,11 +46,7 @@ def kernels_by_priority(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     choice_by_priority(monkeypatch, tmp_path, interpreter=False)  # the interpreter is on for the whole process or not at all
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+fresh_dynamo = pytest.fixture(autouse=True)(fresh_dynamo)
 
 
 def _inputs(op: str, device: str, requires_grad: bool = False) -> tuple[Any, ...]:
@@ -157,20 +155,12 @@ def test_a_compiled_call_under_autocast_casts_as_an_eager_one(ops: Any, device: 
 
 
 def test_an_op_that_declares_nothing_is_the_peers_own_code_eager_and_compiled(device: str) -> None:
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
     graphs: list[str] = []
-
-    def keep(gm: Any, example_inputs: Any) -> Any:
-        graphs.append(gm.code)
-        return make_boxed_func(gm.forward)
-
     # a launcher the compiler cannot trace: the operator stays in a graph that calls it
     ops = install(registry_with(ToyPlugin(toy_kernel("toy_mul_picky", toy_mul_refusing))))
     try:
         x, y = (torch.randn(6, 7, generator=torch.Generator().manual_seed(i)).to(device) for i in (1, 2))
-        compiled = torch.compile(lambda x, y: ops.toy_mul(x, y), fullgraph=True, backend=aot_autograd(fw_compiler=keep))
+        compiled = torch.compile(lambda x, y: ops.toy_mul(x, y), fullgraph=True, backend=capturing_backend(graphs))
         assert "declares no autocast policy" not in ops.explain("toy_mul", x, y)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

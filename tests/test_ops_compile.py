@@ -13,8 +13,10 @@ torch = pytest.importorskip("torch")
 import tkreg  # noqa: E402
 from tests.ops_support import (  # noqa: E402
     ToyPlugin,
+    capturing_backend,
     choice_by_priority,
     device_or_skip,
+    fresh_dynamo,
     install,
     installed_ops,
     randn,
@@ -35,24 +37,7 @@ def kernels_by_priority(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
 TMA_CHECKS = "tkreg.launch.inputs:tma_inputs_reasons"
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    """Each test compiles from scratch, with no graph a previous test left."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def capturing_backend(graphs: list[str]) -> Any:
-    """aot_eager that keeps the code of every forward graph AOTAutograd hands the compiler."""
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
-    def forward(gm: Any, example_inputs: Any) -> Any:
-        graphs.append(gm.code)
-        return make_boxed_func(gm.forward)
-
-    return aot_autograd(fw_compiler=forward)
+fresh_dynamo = pytest.fixture(autouse=True)(fresh_dynamo)
 
 
 def block(x: Any, weight: Any, residual: Any) -> Any:

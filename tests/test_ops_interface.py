@@ -188,7 +188,7 @@ def test_the_torch_operator_takes_a_planned_call_to_its_plan_and_every_other_cal
 def test_parameters_under_torch_compile_fullgraph(toy_ops: Any) -> None:
     torch._dynamo.reset()
     try:
-        from tests.test_ops_compile import capturing_backend
+        from tests.ops_support import capturing_backend
 
         x, w = _rand(2, 3, 8, seed=9), _rand(8, seed=10)
         graphs: list[str] = []

@@ -49,9 +49,11 @@ def target_dtype(policy: str | None, device_type: str) -> torch.dtype | None:
     return None
 
 
-def cast(inputs: Sequence[Any], device_type: str, dtype: torch.dtype | None) -> tuple[Any, ...]:
-    """The inputs as torch's autocast casts them: floating tensors on ``device_type``, float64
-    excepted, in ``dtype``; everything else as given."""
+def cast(inputs: Sequence[Any], device_type: str, policy: str | None) -> tuple[Any, ...]:
+    """The inputs as torch's autocast casts them under ``policy``: floating tensors on
+    ``device_type``, float64 excepted, in its dtype (:func:`target_dtype`); everything else as
+    given."""
+    dtype = target_dtype(policy, device_type)
     if dtype is None:
         return tuple(inputs)
     return tuple(

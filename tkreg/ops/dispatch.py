@@ -390,7 +390,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         if not odd and autocast_on():  # as tkreg.ops.<op> takes such a call (library.entry_point)
             device_type, policy = autocasting.policy_for(self.op, inputs)
             if policy is not None:
-                cast = autocasting.cast(inputs, device_type, autocasting.target_dtype(policy, device_type))
+                cast = autocasting.cast(inputs, device_type, policy)
                 with no_autocast():
                     return f"{autocasting.describe(policy, device_type)}; then {self.describe(cast, params)}"
             routed = f"torch.autocast takes the peer's own code (the op declares no autocast policy for {device_type})"

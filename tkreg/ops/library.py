@@ -60,6 +60,7 @@ from .contexts import (
     wants_gradient,
 )
 from .dispatch import Dispatcher
+from .forms import as_tuple
 from .gradients import NoGradientError
 from .training import NOT_TAKEN
 
@@ -217,8 +218,7 @@ def _cast_under_autocast(name: str, overload: Any, slot: Slot) -> None:
         left_out = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
 
         def kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
-            policy = slot.dispatcher.op.autocast_policy(device_type)
-            cast = autocasting.cast(inputs, device_type, autocasting.target_dtype(policy, device_type))
+            cast = autocasting.cast(inputs, device_type, slot.dispatcher.op.autocast_policy(device_type))
             with torch._C._ExcludeDispatchKeyGuard(left_out):
                 return overload(*cast, **params)
 
@@ -487,7 +487,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         if autocast_on():
             device_type, policy = autocasting.policy_for(op, inputs)
             if policy is not None:  # cast as torch casts the peer, then the usual call with autocast off
-                cast = autocasting.cast(inputs, device_type, autocasting.target_dtype(policy, device_type))
+                cast = autocasting.cast(inputs, device_type, policy)
                 with no_autocast():
                     return dispatcher.entry(*cast, **params) if dispatcher.entry is not None else slow(cast, params)
             if op.peer is not None:  # the op does not say what autocast does to it: torch's own code does
@@ -526,7 +526,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         if op.peer is not None and autocast_on() and autocasting.policy_for(op, inputs)[1] is None:
             # an eager call is the peer's own here (see slow): the trace takes the same code
             got = refs.resolve(op.peer)(*inputs, out=None, **dispatcher.params.as_dict(check_params(params)))
-            return got
+            return dispatcher.returned_of(as_tuple(got))
         got = overload(*inputs, **params)
         return got if pick is None else pick(got)
 

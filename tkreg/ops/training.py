@@ -66,7 +66,12 @@ class Training:
         except (RuntimeError, TypeError, ValueError) as e:  # a peer that takes out= only, say
             raise InputError(f"tkreg.ops.{op.name}: {reason}; and the peer {op.peer_name} failed: "
                              f"{type(e).__name__}: {e}") from e  # fmt: skip
-        if len(got) == len(op.outputs) and len(self.returned) < len(got):
+        return self.returned_of(got)
+
+    def returned_of(self, got: tuple[Any, ...]) -> Any:
+        """What callers get of the peer's outputs ``got``: the returned ones where it gave every
+        output; one tensor, or a tuple."""
+        if len(got) == len(self.op.outputs) and len(self.returned) < len(got):
             got = tuple(got[i] for i in self.returned)
         return got[0] if len(got) == 1 else tuple(got)
 

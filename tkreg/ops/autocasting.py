@@ -64,6 +64,12 @@ def cast(inputs: Sequence[Any], device_type: str, policy: str | None) -> tuple[A
     )
 
 
+def undeclared(device_type: str) -> str:
+    """Why a call under autocast of an op that declares nothing for ``device_type`` is the peer's
+    own (the call's warning and explain say it alike)."""
+    return f"torch.autocast takes the peer's own code (the op declares no autocast policy for {device_type})"
+
+
 def describe(policy: str, device_type: str) -> str:
     """What a call under autocast does first, for explain."""
     dtype = target_dtype(policy, device_type)

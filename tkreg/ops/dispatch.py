@@ -393,7 +393,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
                 cast = autocasting.cast(inputs, device_type, policy)
                 with no_autocast():
                     return f"{autocasting.describe(policy, device_type)}; then {self.describe(cast, params)}"
-            routed = f"torch.autocast takes the peer's own code (the op declares no autocast policy for {device_type})"
+            routed = autocasting.undeclared(device_type)
         if routed and self.op.peer is not None:
             return f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {routed}"
         if odd:

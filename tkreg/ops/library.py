@@ -491,8 +491,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
                 with no_autocast():
                     return dispatcher.entry(*cast, **params) if dispatcher.entry is not None else slow(cast, params)
             if op.peer is not None:  # the op does not say what autocast does to it: torch's own code does
-                return dispatcher.peer_own_call(inputs, params, "torch.autocast takes the peer's own code (the op "
-                                                f"declares no autocast policy for {device_type})", "runs")  # fmt: skip
+                return dispatcher.peer_own_call(inputs, params, autocasting.undeclared(device_type), "runs")
         if has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
             if op.peer is None:
                 raise NoGradientError(f"tkreg.ops.{op.name} has no forward-mode gradient (dual tensors of "

@@ -15,7 +15,8 @@ import sys
 
 from setuptools import setup
 
-SOURCES = ["tkreg/ops/native/plan_key.cpp", "tkreg/ops/native/fast_call.cpp", "tkreg/ops/native/outputs.cpp"]
+SOURCES = ["tkreg/ops/native/plan_key.cpp", "tkreg/ops/native/fast_call.cpp", "tkreg/ops/native/outputs.cpp",
+           "tkreg/ops/native/autocast.cpp"]
 REPLAY_SOURCES = ["tkreg/launch/native/replay.cpp"]
 
 

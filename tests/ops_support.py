@@ -189,9 +189,10 @@ def toy_mul_refusing(x: Any, y: Any, out: Any = None) -> Any:
 class ToyPlugin:
     """Registers op toy_mul and kernels through the public hooks, as a third party would."""
 
-    def __init__(self, *kernels: tkreg.Kernel, peer: bool = True) -> None:
+    def __init__(self, *kernels: tkreg.Kernel, peer: bool = True, autocast: Any = None) -> None:
         self.kernels = kernels
         self.peer = peer
+        self.autocast = autocast  # Op.autocast: what torch.autocast does to toy_mul
 
     @tkreg.hookimpl
     def tkreg_register_ops(self, register: Any) -> None:
@@ -207,6 +208,7 @@ class ToyPlugin:
                 cost=toy_cost,
                 peer=toy_peer if self.peer else None,
                 peer_name="torch.mul" if self.peer else "",
+                autocast=self.autocast,
             )
         )
 

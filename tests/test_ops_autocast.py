@@ -121,6 +121,65 @@ def test_gradients_under_autocast_reach_the_inputs_in_their_own_dtypes(ops: Any,
         assert (a.grad.double() - b.grad.double()).abs().max().item() <= 0.05 * scale + 1e-3, op
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_a_planned_call_under_autocast_takes_the_cpp_call(ops: Any, device: str, op: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A call under autocast makes its casts and finds its plan in C++: the checked path runs
+    only to plan a signature of cast inputs not seen before (on the CPU, fresh tensors of another
+    alignment class), and never casts again itself."""
+    from tkreg.ops import library, native
+
+    if native.fast_caller() is None:
+        pytest.skip(f"the C++ call is not in use here: {native.status()}")
+    inputs = _inputs(op, device)
+    plans = tkreg.ops._installed["dispatchers"][op]._plans
+    with torch.autocast(device, dtype=torch.bfloat16):
+        first = getattr(ops, op)(*inputs)  # the checked path plans the cast inputs' signature
+        planned, checked = len(plans), []
+        monkeypatch.setattr(autocasting, "policy_for", lambda *a: pytest.fail("the checked path cast"))
+        way_of = library.way_of
+        monkeypatch.setattr(library, "way_of", lambda inputs: checked.append(inputs) or way_of(inputs))
+        again = [getattr(ops, op)(*inputs) for _ in range(6)]
+    # on the CPU each fresh input is 64-byte aligned: one of two classes of the key's 128 bytes
+    assert len(checked) == len(plans) - planned <= (2 ** len(inputs) - 1 if device == "cpu" else 0)
+    assert all(t.dtype == first.dtype and torch.equal(t, first) for t in again)
+
+
+def _casts_of_weight(outputs: list[Any]) -> int:
+    """The distinct casts (ToCopyBackward nodes) that the outputs' autograd graphs hold."""
+    seen, casts, stack = set(), set(), [t.grad_fn for t in outputs]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node.name().startswith("ToCopyBackward"):
+            casts.add(node)
+        stack.extend(f for f, _ in node.next_functions)
+    return len(casts)
+
+
+def test_a_weight_is_cast_once_per_autocast_region_as_torch_casts_it(ops: Any, device: str) -> None:
+    """torch casts a float32 weight (a leaf that wants a gradient) once per autocast region and
+    reuses the copy; tkreg.ops' C++ call uses torch's own cast cache, so a model's weight used
+    twice in a region is cast once there, and again in the next region."""
+    from tkreg.ops import native
+
+    if native.fast_caller() is None:
+        pytest.skip(f"the C++ call is not in use here (every call casts): {native.status()}")
+    x, w = _inputs("matmul", device)
+    w.requires_grad_(True)
+    counts = {}
+    for name, matmul in (("tkreg", ops.matmul), ("torch", torch.matmul)):
+        outputs = []
+        for _ in range(2):  # two regions, two calls each
+            with torch.autocast(device, dtype=torch.bfloat16):
+                outputs += [matmul(x, w), matmul(x, w)]
+        counts[name] = _casts_of_weight(outputs)
+        sum(t.float().sum() for t in outputs).backward()
+    assert counts == {"tkreg": 2, "torch": 2}
+
+
 def test_a_float16_region_casts_to_float16(ops: Any, device: str) -> None:
     a, b = _inputs("matmul", device)
     with torch.autocast(device, dtype=torch.float16):

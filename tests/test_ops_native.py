@@ -249,6 +249,12 @@ def _outcomes() -> list[Any]:
         lambda: rms(x=x, weight=w), lambda: rms(x, weight=w, eps=0.5), lambda: rms(x.t().contiguous().t(), w),
         lambda: mul(x.requires_grad_(), y), lambda: rms(x, w.requires_grad_()),
     ]  # fmt: skip
+    # under torch.autocast: toy_mul declares float32 (the C++ call casts, first unplanned, then planned),
+    # toy_rms_norm declares nothing (the peer's own call); a float64 input is not cast
+    half, wide = x.detach().half(), y.detach().double()
+    calls += [lambda: _autocast(mul, half, y), lambda: _autocast(mul, half, y), lambda: _autocast(mul, half, half),
+              lambda: _autocast(mul, x, wide), lambda: _autocast(mul, half, y.requires_grad_()),
+              lambda: _autocast(rms, x, w, eps=0.25), lambda: _autocast(mul, half, 3.0)]  # fmt: skip
     got: list[Any] = []
     for call in calls:
         try:
@@ -260,10 +266,16 @@ def _outcomes() -> list[Any]:
     return got
 
 
+def _autocast(call: Any, *inputs: Any, **params: Any) -> Any:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return call(*inputs, **params)
+
+
 def test_the_cpp_call_answers_every_call_as_the_python_one_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """tkreg.ops.<op> is one C++ builtin where the extension is in use; calls it does not take
     itself (a missing, extra or keyword input, a non-tensor, parameters unnamed, misnamed or of
-    another type, inputs that want a gradient) get what the Python fast path gives them."""
+    another type, inputs that want a gradient, calls under torch.autocast) get what the Python fast
+    path gives them."""
     import types
 
     if native.fast_caller() is None:
@@ -274,7 +286,7 @@ def test_the_cpp_call_answers_every_call_as_the_python_one_does(monkeypatch: pyt
         if mode == "python":
             monkeypatch.setenv(native.ENV, "0")
         native._load.cache_clear()
-        install(registry_with(ToyPlugin(toy_kernel("toy_mul_kernel", toy_mul_torch)), RmsPlugin(RMS_FORWARD)))
+        install(registry_with(ToyPlugin(toy_kernel("toy_mul_kernel", toy_mul_torch), autocast="float32"), RmsPlugin(RMS_FORWARD)))
         try:
             kind = types.BuiltinFunctionType if mode == "cpp" else types.FunctionType
             assert isinstance(tkreg.ops.toy_mul, kind) and isinstance(tkreg.ops.toy_rms_norm, kind)

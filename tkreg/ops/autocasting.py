@@ -20,6 +20,13 @@ import torch
 from ..core.specs import Op
 
 LOWER, FLOAT32, UNCHANGED = "lower", "float32", "unchanged"
+# The policies as the C++ call reads them (tkreg/ops/native/native.h); None: the op declares none.
+POLICY_CODES: dict[str | None, int] = {None: 0, UNCHANGED: 1, LOWER: 2, FLOAT32: 3}
+
+
+def policy_codes(op: Op) -> tuple[int, int]:
+    """The op's autocast policies on CUDA and on the CPU, as the C++ call takes them."""
+    return POLICY_CODES[op.autocast_policy("cuda")], POLICY_CODES[op.autocast_policy("cpu")]
 
 
 def device_type_of(inputs: Sequence[Any]) -> str | None:

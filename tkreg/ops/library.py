@@ -587,7 +587,8 @@ def _builtin_call(name: str, doc: str, signature: inspect.Signature, dispatcher:
                              return_annotation=inspect.Signature.empty)  # fmt: skip
     graded = tuple(i in dispatcher.grad_index for i in range(arity))
     builtin = make(name, f"{name}{bare}\n--\n\n{doc}", dispatcher._plans.fast, slow, graded, tuple(params.names),
-                   tuple(params.kinds), tuple(params.defaults), dispatcher._plans.epoch)  # fmt: skip
+                   tuple(params.kinds), tuple(params.defaults), dispatcher._plans.epoch,
+                   autocasting.policy_codes(dispatcher.op))  # fmt: skip
 
     number = len(_TRACED)
     _TRACED[number] = traced

@@ -38,8 +38,9 @@ def packer() -> Callable[[tuple[Any, ...]], bytes] | None:
 
 
 def fast_caller() -> Callable[..., Any] | None:
-    """``fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch) -> builtin``: tkreg.ops.<op>'s
-    planned call in C++ (see fast_call.cpp); None where the extension is not in use."""
+    """``fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast) -> builtin``:
+    tkreg.ops.<op>'s planned call in C++ (see fast_call.cpp; ``autocast``: the op's policy codes on
+    CUDA and the CPU, :data:`tkreg.ops.autocasting.POLICY_CODES`); None where the extension is not in use."""
     module = _load()[0]
     return getattr(module, "fast_call", None) if module is not None else None
 

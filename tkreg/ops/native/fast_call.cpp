@@ -18,6 +18,11 @@
 // The table's ``epoch`` (a bytearray of 8; tkreg/ops/keys.py PlanTable) changes whenever the table
 // starts over or a key gets another plan, which empties the memo.
 //
+// Under torch.autocast the call first casts its inputs as the op declares (``autocast``: the
+// policy codes on CUDA and the CPU, autocast.cpp), then takes the same path with autocast off; an
+// op that declares nothing for the inputs' device type goes to ``slow``, which makes the peer's own
+// call, as does anything the casts do not take.
+//
 // A trace never runs this: torch.compile inlines the polyfill library.py registers for each
 // builtin (torch.compiler.substitute_in_graph), and a tracer's tensors are not plain.
 #include "native.h"
@@ -53,6 +58,7 @@ struct FastCall {
   PyObject* defaults;  // their default values (tuple): the key's values where a call gives none
   PyObject* epoch;     // bytearray(8): the table's epoch; a memo slot of another epoch is empty
   std::vector<char>* graded;  // per input: whether the op gives it a gradient (its size: the arity)
+  int autocast[2];     // the op's autocast policy codes on CUDA and on the CPU (native.h)
   MemoSlot* memo;      // kMemoSlots slots
   std::string* name;
   std::string* doc;
@@ -265,13 +271,9 @@ PyObject* plan_of(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObj
   return Py_NewRef(plan);
 }
 
-PyObject* fast_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  auto* self = reinterpret_cast<FastCall*>(self_obj);
-  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+// The call of inputs the key may take: the plan's, or the checked path's.
+PyObject* planned_call(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const auto& graded = *self->graded;
-  if (nargs != static_cast<Py_ssize_t>(graded.size()) || c10::impl::TorchDispatchModeTLS::any_modes_set()) {
-    return slow_call(self, args, nargs, kwnames);
-  }
   PyObject* plan = plan_of(self, args, nargs, kwnames);
   if (plan == nullptr) return slow_call(self, args, nargs, kwnames);
   bool wanted = false, ungraded_wanted = false;
@@ -295,6 +297,28 @@ PyObject* fast_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, Py
   return got;
 }
 
+// A call under torch.autocast: the inputs cast as the op declares, then the planned call of them
+// with autocast off (the plan's kernels, or a peer plan's torch call in the dtypes it was planned
+// for), as the checked path makes it (library.py, ``slow``).
+PyObject* autocast_call(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  TkregOwned cast;
+  if (!tkreg_autocast_inputs(self->autocast, args, nargs, cast.items)) return slow_call(self, args, nargs, kwnames);
+  const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t j = 0; j < nkw; ++j) cast.items.push_back(Py_NewRef(args[nargs + j]));  // the parameters' values
+  TkregAutocastOff off;
+  return planned_call(self, cast.items.data(), nargs, kwnames);
+}
+
+PyObject* fast_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<FastCall*>(self_obj);
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs != static_cast<Py_ssize_t>(self->graded->size()) || c10::impl::TorchDispatchModeTLS::any_modes_set()) {
+    return slow_call(self, args, nargs, kwnames);
+  }
+  if (tkreg_autocast_on()) return autocast_call(self, args, nargs, kwnames);
+  return planned_call(self, args, nargs, kwnames);
+}
+
 }  // namespace
 
 int tkreg_fast_call_ready() {
@@ -314,9 +338,17 @@ PyObject* tkreg_make_fast_call(PyObject* /*module*/, PyObject* args) {
   const char *name = nullptr, *doc = nullptr;
   PyObject *table = nullptr, *slow = nullptr, *graded = nullptr, *names = nullptr, *kinds = nullptr, *defaults = nullptr;
   PyObject* epoch = nullptr;
-  if (!PyArg_ParseTuple(args, "ssO!OO!O!O!O!O!", &name, &doc, &PyDict_Type, &table, &slow, &PyTuple_Type, &graded,
-                        &PyTuple_Type, &names, &PyTuple_Type, &kinds, &PyTuple_Type, &defaults, &PyByteArray_Type, &epoch)) {
+  int autocast_cuda = 0, autocast_cpu = 0;
+  if (!PyArg_ParseTuple(args, "ssO!OO!O!O!O!O!(ii)", &name, &doc, &PyDict_Type, &table, &slow, &PyTuple_Type, &graded,
+                        &PyTuple_Type, &names, &PyTuple_Type, &kinds, &PyTuple_Type, &defaults, &PyByteArray_Type, &epoch,
+                        &autocast_cuda, &autocast_cpu)) {
     return nullptr;
+  }
+  for (const int policy : {autocast_cuda, autocast_cpu}) {
+    if (policy < TKREG_AUTOCAST_UNDECLARED || policy > TKREG_AUTOCAST_FLOAT32) {
+      PyErr_SetString(PyExc_ValueError, "fast_call(): autocast must be two policy codes (tkreg/ops/native/native.h)");
+      return nullptr;
+    }
   }
   const Py_ssize_t count = PyTuple_GET_SIZE(names);
   if (!PyCallable_Check(slow) || PyTuple_GET_SIZE(graded) == 0 || PyTuple_GET_SIZE(kinds) != count ||
@@ -339,6 +371,8 @@ PyObject* tkreg_make_fast_call(PyObject* /*module*/, PyObject* args) {
   self->kinds = Py_NewRef(kinds);
   self->defaults = Py_NewRef(defaults);
   self->epoch = Py_NewRef(epoch);
+  self->autocast[0] = autocast_cuda;
+  self->autocast[1] = autocast_cpu;
   self->memo = new (std::nothrow) MemoSlot[kMemoSlots];
   self->graded = new (std::nothrow) std::vector<char>();
   self->name = new (std::nothrow) std::string(name);

@@ -35,7 +35,36 @@ PyObject* tkreg_key_bytes(const KeyWords& words, Py_ssize_t count);
 // set where an item could not be read as one).
 bool tkreg_append_ints(PyObject* tuple, std::vector<int64_t>& into);
 
-// fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch) -> builtin (see fast_call.cpp).
+// Whether an object is of the exact tensor types the key takes (set with plain(types)).
+bool tkreg_is_plain(PyObject* obj);
+
+// What an op declares torch.autocast does to it on one device type (Op.autocast), as fast_call
+// takes it: tkreg/ops/autocasting.py POLICY_CODES gives the same numbers.
+enum : int { TKREG_AUTOCAST_UNDECLARED = 0, TKREG_AUTOCAST_UNCHANGED = 1, TKREG_AUTOCAST_LOWER = 2, TKREG_AUTOCAST_FLOAT32 = 3 };
+
+// Whether torch.autocast is on for CUDA or the CPU.
+bool tkreg_autocast_on();
+
+// torch.autocast off for CUDA and the CPU while it lives; on again where it was (autocast.cpp).
+struct TkregAutocastOff {
+  TkregAutocastOff();
+  ~TkregAutocastOff();
+  bool cuda, cpu;
+};
+
+// New references it drops when it goes.
+struct TkregOwned {
+  std::vector<PyObject*> items;
+  ~TkregOwned();
+};
+
+// Appends to ``into`` (new references) the call's inputs as torch.autocast casts them under the op's
+// policies (``policies``: on CUDA, on the CPU), with torch's own cached casts; false where the C++
+// call does not take the call (an input not a plain tensor, another device type, an op that
+// declares nothing there, a cast that failed), with no exception set (see autocast.cpp).
+bool tkreg_autocast_inputs(const int policies[2], PyObject* const* args, Py_ssize_t nargs, std::vector<PyObject*>& into);
+
+// fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast) -> builtin (see fast_call.cpp).
 PyObject* tkreg_make_fast_call(PyObject* module, PyObject* args);
 
 // Readies fast_call's type; -1 with an exception set where it cannot.

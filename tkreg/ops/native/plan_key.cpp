@@ -41,13 +41,17 @@ int plain_count = 0;
 // (set with plain(types, alignment_bytes)).
 uintptr_t alignment_mask = 15;
 
-bool is_plain(PyObject* obj) {
+}  // namespace
+
+bool tkreg_is_plain(PyObject* obj) {
   PyTypeObject* type = Py_TYPE(obj);
   for (int i = 0; i < plain_count; ++i) {
     if (type == plain_types[i]) return true;
   }
   return false;
 }
+
+namespace {
 
 // Header word of one tensor: dtype, device type and index, and rank, each in its own bits.
 int64_t header(c10::ScalarType dtype, c10::Device device, int64_t dim) {
@@ -99,7 +103,7 @@ bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
   try {
     for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* obj = args[i];
-      if (!is_plain(obj)) return false;
+      if (!tkreg_is_plain(obj)) return false;
       const at::Tensor& t = THPVariable_Unpack(obj);
       if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) return false;
       if (t._fw_grad(/*level=*/0).defined()) return false;  // a dual tensor: forward-mode AD takes the checked path
@@ -188,7 +192,7 @@ PyMethodDef methods[] = {
     {"pack", pack, METH_O, "pack(fields) -> bytes: the packed key of a Python key's flat tensor fields"},
     {"plain", plain, METH_VARARGS, "plain(types, alignment_bytes): the exact tensor types key() accepts, and the alignment class"},
     {"fast_call", tkreg_make_fast_call, METH_VARARGS,
-     "fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
+     "fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
     {"outputs", tkreg_make_outputs, METH_O, "outputs(layouts) -> allocate(): a plan's new outputs per call (outputs.cpp)"},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -16,6 +16,30 @@ def test_the_summary_holds_each_goal_from_the_paths_of_its_role() -> None:
     assert host._summary({host.OPS: HostTime(10.0, 9.5)}) == {}  # nothing to hold it against
     graded = {host.OPS_GRAD: HostTime(15.0, 14.0), host.TORCH_GRAD: HostTime(12.0, 11.0)}
     assert host._summary(graded) == {"grad_ops_over_torch": pytest.approx(1.25)}
+    mixed = {host.OPS_AMP: HostTime(9.0, 8.0), host.TORCH_AMP: HostTime(10.0, 9.0)}
+    assert host._summary(mixed) == {"amp_ops_over_torch": pytest.approx(0.9)}
+
+
+def test_an_op_that_declares_an_autocast_policy_is_timed_under_autocast_on_float32_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mixed precision's calls: the peer and tkreg.ops on float32 inputs under autocast(bfloat16),
+    each held against the other; an op that declares no policy has no such rows."""
+    import torch
+
+    from tests.ops_support import ToyPlugin, registry_with, toy_kernel, toy_mul_torch
+
+    monkeypatch.setattr(host, "make_inputs", lambda registry, sig: (torch.randn(5, 7).half(), torch.randn(5, 7).half()))
+    monkeypatch.setattr(host, "make_output", lambda registry, sig, inputs: torch.empty(5, 7).half())
+    monkeypatch.setattr(host, "launchers", lambda registry, op, inputs: {})
+    for policy, expected in ((None, []), ("lower", [host.TORCH_AMP, host.OPS_AMP])):
+        registry = registry_with(ToyPlugin(toy_kernel("toy_mul_kernel", toy_mul_torch), autocast=policy))
+        op = registry.op("toy_mul")
+        found = [p for p in host.paths(registry, op, host.signature(op)) if p.autocast]
+        assert [p.role for p in found] == expected and all(p.autocast == "bfloat16" and p.allocates for p in found)
+        if found:
+            torch_amp = found[0].make()
+            assert torch_amp is not None and torch_amp().dtype == torch.float32  # float32 inputs, the region outside
 
 
 def test_a_replayable_kernel_is_timed_allocating_as_a_plan_does(monkeypatch: pytest.MonkeyPatch) -> None:

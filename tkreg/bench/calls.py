@@ -5,6 +5,7 @@ call of calls queued back to back. GPU only; torch is imported inside the functi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -173,24 +174,30 @@ class HostTime:
     queued_us: float  # the queueing alone: the host's work per call
 
 
-def host_times(calls: Mapping[str, Call], count: int, rounds: int) -> dict[str, HostTime]:
+def host_times(calls: Mapping[str, Call], count: int, rounds: int,
+               contexts: Mapping[str, Callable[[], Any]] | None = None) -> dict[str, HostTime]:  # fmt: skip
     """Per call of ``count`` calls queued back to back, the least of ``rounds`` rounds (the host's
     own noise only adds). The rounds interleave the calls, so a host that speeds up or slows down
-    while they are timed moves them alike and their ratios hold."""
+    while they are timed moves them alike and their ratios hold. A call named in ``contexts`` is
+    made inside its context (torch.autocast), entered once around each batch, as a model enters
+    one around many calls."""
     import torch
 
-    for fn in calls.values():
-        for _ in range(HOST_WARM_CALLS):
-            fn()
+    contexts = contexts or {}
+    for name, fn in calls.items():
+        with contexts.get(name, contextlib.nullcontext)():
+            for _ in range(HOST_WARM_CALLS):
+                fn()
     torch.cuda.synchronize()
     per_call = dict.fromkeys(calls, math.inf)
     queued = dict.fromkeys(calls, math.inf)
     for _ in range(rounds):
         for name, fn in calls.items():
-            t0 = time.perf_counter()
-            for _ in range(count):
-                fn()
-            t1 = time.perf_counter()
+            with contexts.get(name, contextlib.nullcontext)():
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    fn()
+                t1 = time.perf_counter()
             torch.cuda.synchronize()
             t2 = time.perf_counter()
             per_call[name] = min(per_call[name], (t2 - t0) / count)

@@ -6,7 +6,9 @@ dtype: the op's peer (torch) writing into a given output and allocating its own 
 call); every kernel's launcher, output given and output allocated; ``tkreg.ops.<op>``;
 ``torch.ops.tkreg.<op>``; ``tkreg.ops.<op>`` replayed from a CUDA graph (what the same work costs
 with no Python at all); a cached ``lookup``; and, for an op with gradients, the peer's forward and
-``tkreg.ops.<op>`` on inputs that want one (a training forward). Plus one reference row: a plain
+``tkreg.ops.<op>`` on inputs that want one (a training forward), and, for an op that declares
+what torch.autocast does to it, the peer and ``tkreg.ops.<op>`` on float32 inputs under
+``autocast(bfloat16)`` (mixed-precision use: the casts included). Plus one reference row: a plain
 ``@triton.jit`` add launched as ``kernel[grid]``. A path that allocates its outputs is held against the peer's
 allocating call, one that does not against the peer writing into a given output.
 
@@ -46,6 +48,7 @@ from .suites import Deadline, Measured
 
 TORCH, OPS, OPERATOR = "torch", "ops", "operator"  # the paths the summary's goals compare
 TORCH_GRAD, OPS_GRAD = "torch_grad", "ops_grad"  # the same forwards, on inputs that want a gradient
+TORCH_AMP, OPS_AMP = "torch_amp", "ops_amp"  # the same calls of float32 inputs under autocast(bfloat16)
 PLAN_KEY = "plan_key"  # the summary's line on tkreg.ops' plan key (tkreg.ops.native.status())
 SIDE = 256  # every dim: small enough that the host, not the GPU, sets the pace
 CALLS = 1000
@@ -76,6 +79,7 @@ class Path:
     allocates: bool = False
     role: str = ""  # what the summary holds it as: TORCH, OPS, OPERATOR, ... (empty: nothing)
     grad: bool = False  # on inputs that want a gradient (held against the peer's call on those)
+    autocast: str = ""  # the torch.autocast dtype its calls are made under (entered once per round), if any
 
 
 def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
@@ -102,7 +106,20 @@ def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
                           allocates=True, role=TORCH_GRAD, grad=True))
         found.append(Path(f"tkreg.ops.{op.name}, gradient wanted", lambda: ops_call(op, leaves), allocates=True,
                           role=OPS_GRAD, grad=True))
+    if op.autocast_policy("cuda") is not None:  # mixed precision: float32 weights and activations, autocast's casts
+        wide = tuple(t.float() if t.is_floating_point() else t for t in inputs)
+        for what, make, peer, role in ((f"{op.peer_name} (the peer)", lambda: peer_call(op, wide, None), True, TORCH_AMP),
+                                       (f"tkreg.ops.{op.name}", lambda: ops_call(op, wide), False, OPS_AMP)):  # fmt: skip
+            found.append(Path(f"{what}, float32 inputs under autocast(bfloat16)", make, peer=peer, allocates=True, role=role,
+                              autocast="bfloat16"))  # fmt: skip
     return found
+
+
+def _autocast(dtype: str) -> Callable[[], Any]:
+    """A torch.autocast region of ``dtype`` on CUDA, made anew each time it is entered."""
+    import torch
+
+    return lambda: torch.autocast("cuda", dtype=getattr(torch, dtype))
 
 
 def plain_kernel_call() -> Callable[[], Any]:
@@ -134,20 +151,23 @@ def measure(deadline: Deadline) -> Measured:
             continue
         deadline.check(f"op {op.name}")
         made: dict[str, Call] = {}
+        contexts: dict[str, Callable[[], Any]] = {}
         found: list[tuple[Path, dict[str, Any]]] = []
         for path in paths(registry, op, sig):
             row: dict[str, Any] = {"op": op.name, "path": path.what, "shape": sig.shape, "dtype": sig.dtype, "peer": path.peer,
-                                   "allocates": path.allocates, "grad": path.grad}  # fmt: skip
+                                   "allocates": path.allocates, "grad": path.grad, "autocast": path.autocast}  # fmt: skip
             try:
                 call = path.make()
             except Exception as e:  # a path that cannot be made here is a finding: its row says why
                 call, row["error"] = None, f"{type(e).__name__}: {str(e)[:200]}"
             if call is not None:
                 made[path.what] = call
+                if path.autocast:
+                    contexts[path.what] = _autocast(path.autocast)
             if call is not None or "error" in row:
                 found.append((path, row))
         try:
-            figures = host_times(made, CALLS, ROUNDS)
+            figures = host_times(made, CALLS, ROUNDS, contexts)
         except Exception as e:  # a call that fails while timed fails its op's rows, with the reason
             figures = {}
             for _, row in found:
@@ -170,7 +190,8 @@ def measure(deadline: Deadline) -> Measured:
     notes = (f"{CALLS} calls queued back to back then one synchronize, per call, least of {ROUNDS} rounds interleaving "
              "an op's paths (us_per_call); host_us: the queueing alone. Summary per op: tkreg.ops over the peer "
              "allocating its own output (goal <= 1.3), torch.ops.tkreg minus tkreg.ops in us (goal <= 5), tkreg.ops "
-             "over the peer on inputs that want a gradient (grad_ops_over_torch). What "
+             "over the peer on inputs that want a gradient (grad_ops_over_torch), and on float32 inputs under "
+             "autocast(bfloat16) (amp_ops_over_torch). What "
              "tkreg.ops decided at these inputs: " + " / ".join(decisions))  # fmt: skip
     summary[PLAN_KEY] = native.status()  # whether the fast path's key was read in C++ or built in Python
     return Measured(kind="host_overhead", rows=rows, notes=notes, summary=summary)
@@ -178,9 +199,10 @@ def measure(deadline: Deadline) -> Measured:
 
 def _summary(by_role: dict[str, HostTime]) -> dict[str, float]:
     """tkreg.ops against torch's own allocating call, the torch operator's cost beyond tkreg.ops,
-    and tkreg.ops against torch where the inputs want a gradient."""
+    and tkreg.ops against torch where the inputs want a gradient and under autocast."""
     ours, peer, operator = by_role.get(OPS), by_role.get(TORCH), by_role.get(OPERATOR)
     ours_grad, peer_grad = by_role.get(OPS_GRAD), by_role.get(TORCH_GRAD)
+    ours_amp, peer_amp = by_role.get(OPS_AMP), by_role.get(TORCH_AMP)
     found: dict[str, float] = {}
     if ours is not None and peer is not None:
         found["ops_over_torch"] = round(ours.per_call_us / peer.per_call_us, 3)
@@ -188,4 +210,6 @@ def _summary(by_role: dict[str, HostTime]) -> dict[str, float]:
         found["operator_extra_us"] = round(operator.per_call_us - ours.per_call_us, 2)
     if ours_grad is not None and peer_grad is not None:
         found["grad_ops_over_torch"] = round(ours_grad.per_call_us / peer_grad.per_call_us, 3)
+    if ours_amp is not None and peer_amp is not None:
+        found["amp_ops_over_torch"] = round(ours_amp.per_call_us / peer_amp.per_call_us, 3)
     return found

@@ -235,11 +235,13 @@ def host_table(document: Mapping[str, Any]) -> str:
     """The host suite: per op and path, us per call and the queueing alone, against the peer's call
     that allocates as this path does (its own outputs, or a given one)."""
     rows = list(document.get("rows") or [])
-    peer_us = {(r["op"], bool(r.get("allocates")), bool(r.get("grad"))): r["us_per_call"]
-               for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}  # fmt: skip
+    def alike(r: Mapping[str, Any]) -> tuple[Any, ...]:  # the peer's row a row is held against
+        return r.get("op"), bool(r.get("allocates")), bool(r.get("grad")), r.get("autocast") or ""
+
+    peer_us = {alike(r): r["us_per_call"] for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}
     body = []
     for r in rows:
-        us, base = r.get("us_per_call"), (r.get("op"), bool(r.get("allocates")), bool(r.get("grad")))
+        us, base = r.get("us_per_call"), alike(r)
         ratio = us / peer_us[base] if _is_number(us) and base in peer_us else None
         shape = " ".join(x for x in (str(r.get("shape", "")), SHORT_NAMES.get(str(r.get("dtype", "")), "")) if x)
         body.append([str(r.get("op", "-")), str(r.get("path", "")), shape or "-", _us(us), _us(r.get("host_us")),
@@ -249,9 +251,10 @@ def host_table(document: Mapping[str, Any]) -> str:
     summary = {op: v for op, v in (document.get("summary") or {}).items() if isinstance(v, Mapping)}
     if summary:
         said = [_host_goals(op, v) for op, v in sorted(summary.items()) if _is_number(v.get("ops_over_torch"))]
+        amp = " and on float32 inputs under autocast(bfloat16)" if any("amp_ops_over_torch" in v for v in summary.values()) else ""
         text += ("\n\ntkreg.ops against torch's own allocating call (goal: at most 1.3x), what torch.ops.tkreg "
                  "costs beyond it (goal: at most 5 us), and tkreg.ops against the peer's call where the inputs want "
-                 "a gradient: " + ", ".join(said) + ".")  # fmt: skip
+                 f"a gradient{amp}: " + ", ".join(said) + ".")  # fmt: skip
     plan_key = (document.get("summary") or {}).get("plan_key")
     if isinstance(plan_key, str):
         text += f" tkreg.ops' plan key (C++ or Python, see tkreg.ops.native): {plan_key}."
@@ -265,6 +268,8 @@ def _host_goals(op: str, found: Mapping[str, Any]) -> str:
         extra.append(f"operator +{found['operator_extra_us']:.1f} us")
     if _is_number(found.get("grad_ops_over_torch")):
         extra.append(f"{found['grad_ops_over_torch']:.2f}x with a gradient wanted")
+    if _is_number(found.get("amp_ops_over_torch")):
+        extra.append(f"{found['amp_ops_over_torch']:.2f}x under autocast")
     return f"{op} {found['ops_over_torch']:.2f}x" + (f" ({'; '.join(extra)})" if extra else "")
 
 

@@ -251,7 +251,8 @@ def host_table(document: Mapping[str, Any]) -> str:
     summary = {op: v for op, v in (document.get("summary") or {}).items() if isinstance(v, Mapping)}
     if summary:
         said = [_host_goals(op, v) for op, v in sorted(summary.items()) if _is_number(v.get("ops_over_torch"))]
-        amp = " and on float32 inputs under autocast(bfloat16)" if any("amp_ops_over_torch" in v for v in summary.values()) else ""
+        under_autocast = any("amp_ops_over_torch" in v for v in summary.values())
+        amp = " and on float32 inputs under autocast(bfloat16)" if under_autocast else ""
         text += ("\n\ntkreg.ops against torch's own allocating call (goal: at most 1.3x), what torch.ops.tkreg "
                  "costs beyond it (goal: at most 5 us), and tkreg.ops against the peer's call where the inputs want "
                  f"a gradient{amp}: " + ", ".join(said) + ".")  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from typing import Any
 
 import pytest
 import torch
@@ -163,3 +164,51 @@ def test_the_specialization_cache_stays_bounded_and_right(monkeypatch):
         reference = TensorDescriptor(t, list(t.shape), list(t.stride()), block, made.layout)
         assert made.launch_spec == native_specialize_impl(BaseBackend, reference, False, True, True)
         assert len(fastlaunch._specs) <= 4
+
+
+def _hopper_or_newer() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+
+
+@pytest.mark.skipif(not _hopper_or_newer(), reason="needs a Hopper or newer GPU (TMA descriptors filled by the driver)")
+@pytest.mark.parametrize("name", ["matmul_hopper_ws", "add_tma"])
+def test_a_kernel_with_descriptors_launches_from_a_thread_that_made_no_cuda_call(name: str) -> None:
+    """torch's autograd engine runs a backward in a thread of its own, and a caller may launch
+    from a worker thread: where a kernel with TMA descriptors is that thread's first CUDA work,
+    no context is current when its descriptors are filled (the driver's "invalid device context"
+    until tkreg.launch.cuda_context made one current)."""
+    import threading
+
+    import tkreg
+
+    kernel = tkreg.default_registry().kernel(name)
+    if name == "matmul_hopper_ws" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("matmul_hopper_ws runs on sm_90 only")
+    launch = kernel.load()
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def inputs() -> tuple[Any, Any, Any]:
+        if name == "matmul_hopper_ws":
+            a, b = (torch.randn(*s, device="cuda", generator=g, dtype=torch.bfloat16) for s in ((128, 256), (256, 192)))
+            return a, b, torch.empty(128, 192, device="cuda", dtype=torch.bfloat16)
+        a, b = (torch.randn(256, 512, device="cuda", generator=g) for _ in range(2))
+        return a, b, torch.empty_like(a)
+
+    a, b, out = inputs()
+    launch(a, b, out=out)  # compiled and loaded from this thread
+    torch.cuda.synchronize()
+    a, b, out = inputs()  # new tensors: new descriptors, filled in the other thread
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            launch(a, b, out=out)
+        except BaseException as e:  # the test reports whatever the thread met
+            errors.append(e)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert errors == []
+    want = a.double() @ b.double() if name == "matmul_hopper_ws" else a.double() + b.double()
+    torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2 * (16 if name == "matmul_hopper_ws" else 1))

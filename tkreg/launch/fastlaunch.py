@@ -72,6 +72,7 @@ from triton.knobs import HookChain
 from triton.runtime.jit import JITFunction, KernelParam, native_specialize_impl
 
 from ..core import bounded
+from . import cuda_context
 
 try:  # the CUDA launcher's pieces; without them every launch takes ``run`` (or the ordinary path)
     from triton.backends.nvidia.driver import CudaLauncher, make_tensordesc_arg
@@ -451,6 +452,8 @@ class BoundLaunch:
                 if _recorder is not None:
                     _recorder.launched(fn, self._entry, grid, self._flat, device)
                 return
+        if fn is not None:  # a compiled launch: triton fills descriptors before its launch makes a context current
+            cuda_context.make_current(_current_device())
         self.launcher(grid, *self.args)
         if self.immutable and fn is not None:
             self._keep(_current_device())
@@ -536,6 +539,7 @@ def _meta_key(meta: Any) -> Any:
 
 def _expand_descriptors(args: tuple[Any, ...], descs: tuple[tuple[int, Any, Any], ...]) -> list[Any]:
     """Each tensor-descriptor argument replaced by what triton's launcher expands it to."""
+    cuda_context.make_current(_current_device())  # the fill needs one: a new thread has none yet
     out = list(args)
     for i, meta, meta_key in descs:
         d = out[i]

@@ -203,9 +203,12 @@ def test_each_op_ships_its_own_ranking_data_naming_only_its_kernels() -> None:
 
 @pytest.mark.parametrize(("peer_wall", "expect"), [(5.0, "calls its peer: faster for these inputs"), (50.0, "calls add_triton")])
 def test_dispatch_follows_the_ranking_to_the_peer_where_it_is_faster(
-    peer_wall: float, expect: str, caplog: pytest.LogCaptureFixture
+    peer_wall: float, expect: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     device = device_or_skip()
+    # the ranking is the prior: on a GPU a call would time the candidates instead, unless tuning is off
+    monkeypatch.setenv("TKREG_TUNE", "0")
+    monkeypatch.setenv("TKREG_CACHE_DIR", str(tmp_path))
     points = _points("add_triton", [(16, 10.0, 4.0, 12.0)]) + _points("peer", [(16, peer_wall, 4.0, 5.0)])
     registry = build_registry(env={"TKREG_PLUGINS": "elementwise"})
     walltime.rank_by(registry, Measurements("Test GPU", "9.0", DATE, "test", points))

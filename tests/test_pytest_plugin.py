@@ -183,3 +183,28 @@ def test_benchmarks_skip_without_a_gpu(toy: pytest.Pytester) -> None:
     result = toy.runpytest("--tkreg", "--tkreg-bench", "--tkreg-kernel=toy_scale", "-m", "tkreg_bench", "-rs")
     result.assert_outcomes(skipped=2)  # one bench case x two dtypes; the toy op has no peer
     result.stdout.fnmatch_lines(["*benchmarks need a CUDA GPU*"])
+
+
+TOY_PEER = """
+
+def toy_peer(x, out=None):
+    y = x * 2
+    return y if out is None else out.copy_(y)
+"""
+
+
+@pytest.mark.parametrize(("declared", "passes"), [("unchanged", True), ("lower", False)])
+def test_an_autocast_declaration_is_held_against_the_peer(toy: pytest.Pytester, declared: str, passes: bool) -> None:
+    """An op with a peer that declares what torch.autocast does to it gets an item per device type
+    it declares, which runs the peer under autocast: a wrong declaration fails and names the right
+    one; CUDA's item skips on a machine without a GPU."""
+    declaration = f'tolerances=EXACT, peer=toy_peer, peer_name="2 * x", autocast={{"cpu": "{declared}", "cuda": "unchanged"}},'
+    toy.makeconftest(TOY.replace("tolerances=EXACT,", declaration, 1) + TOY_PEER)
+    result = toy.runpytest("--tkreg", "-m", "tkreg_autocast", "-v", "-rs")
+    result.assert_outcomes(passed=1 if passes else 0, failed=0 if passes else 1, skipped=1)
+    result.stdout.fnmatch_lines(["*tkreg/toy_scale::autocast[[]cuda-bf16[]] SKIPPED*",
+                                 "*autocast (each op's declaration against its peer): *"])  # fmt: skip
+    if not passes:
+        result.stdout.fnmatch_lines(["op 'toy_scale' declares autocast 'lower' on cpu, but its peer 2 [*] x under *: float32 "
+                                     "inputs: out is float32 (17, 33), the declared casts give bfloat16 (17, 33); the peer "
+                                     "behaves as 'unchanged' does there: declare that"])  # fmt: skip

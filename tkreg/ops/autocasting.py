@@ -2,10 +2,8 @@
 torch's own autocast makes them, so that a call under autocast runs tkreg's kernels in the dtypes
 torch's code would compute in.
 
-Torch casts a floating input on the autocast device type, float64 excepted, to the region's dtype
-for an op on its lower-precision list (matmul, linear) and to float32 for one on its float32 list
-(layer_norm on CUDA; sum's output there), and leaves every other op alone. An op declares which of
-these its peer gets, per device type; tkreg.ops then casts the inputs and calls the op with
+The casts themselves are torch's rule (:mod:`tkreg.core.autocast_casts`). An op declares which
+of them its peer gets, per device type; tkreg.ops then casts the inputs and calls the op with
 autocast off, which takes the usual plans (and tuning) for the cast inputs. Gradients flow back
 through the casts to the inputs' own dtypes, as through torch's.
 """
@@ -17,9 +15,10 @@ from typing import Any
 
 import torch
 
+from ..core.autocast_casts import FLOAT32, LOWER, UNCHANGED, target_dtype
+from ..core.autocast_casts import cast as cast  # re-exported: the eager path, explain and the operator cast from here
 from ..core.specs import Op
 
-LOWER, FLOAT32, UNCHANGED = "lower", "float32", "unchanged"
 # The policies as the C++ call reads them (tkreg/ops/native/native.h); None: the op declares none.
 POLICY_CODES: dict[str | None, int] = {None: 0, UNCHANGED: 1, LOWER: 2, FLOAT32: 3}
 
@@ -45,30 +44,6 @@ def policy_for(op: Op, inputs: Sequence[Any]) -> tuple[str, str | None]:
     if device_type is None or not torch.is_autocast_enabled(device_type):
         return device_type or "", UNCHANGED
     return device_type, op.autocast_policy(device_type)
-
-
-def target_dtype(policy: str | None, device_type: str) -> torch.dtype | None:
-    """The dtype ``policy`` casts floating inputs to (None: no cast)."""
-    if policy == LOWER:
-        return torch.get_autocast_dtype(device_type)
-    if policy == FLOAT32:
-        return torch.float32
-    return None
-
-
-def cast(inputs: Sequence[Any], device_type: str, policy: str | None) -> tuple[Any, ...]:
-    """The inputs as torch's autocast casts them under ``policy``: floating tensors on
-    ``device_type``, float64 excepted, in its dtype (:func:`target_dtype`); everything else as
-    given."""
-    dtype = target_dtype(policy, device_type)
-    if dtype is None:
-        return tuple(inputs)
-    return tuple(
-        t.to(dtype)
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype is not torch.float64 and t.device.type == device_type
-        else t
-        for t in inputs
-    )
 
 
 def undeclared(device_type: str) -> str:

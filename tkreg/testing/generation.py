@@ -5,7 +5,9 @@ Ids are stable and readable, in pytest's ``path::name`` form:
 items check its gradients), ``tkreg/<op>::<kernel>[compile-<arch>-<dtype>-<config>]``,
 ``tkreg/<op>::<kernel>[bench-...]`` (``bench-bwd-...`` and ``bench-fwdbwd-...`` for a backward
 kernel alone and after its forward), and ``tkreg/<op>::peer-<name>[bench-...]`` for the library
-peer a benchmark compares with (and for each of the op's rivals). Parameters show as ``name=value``.
+peer a benchmark compares with (and for each of the op's rivals), and ``tkreg/<op>::autocast[<device
+type>-bf16]`` for an op's autocast declaration held against its peer on each device type it
+declares one for (tkreg.testing.autocast_check). Parameters show as ``name=value``.
 
 Parameters: each value an op's params list for tests is covered once, the others at their
 defaults; ``--tkreg-full`` covers every combination. Benchmarks run the defaults.
@@ -22,7 +24,9 @@ from ..core.interface import format_value
 from ..core.registry import Registry
 from ..core.specs import Case, Kernel, Op, config_id
 
-KINDS = ("correctness", "compile", "bench")  # item kinds, each with its marker tkreg_<kind>
+KINDS = ("correctness", "compile", "bench", "autocast")  # item kinds, each with its marker tkreg_<kind>
+AUTOCAST_DEVICE_TYPES = ("cpu", "cuda")  # the device types an autocast declaration is checked on
+AUTOCAST_REGION_DTYPE = "bfloat16"  # the torch.autocast region's dtype it is checked under
 BENCH_MODES = ("fwd", "bwd", "fwdbwd")  # what a benchmark times: forward, backward, or both in turn
 
 
@@ -45,13 +49,13 @@ class Selection:
 
 @dataclass(frozen=True)
 class ItemSpec:
-    kind: str  # correctness, compile, bench, peer
+    kind: str  # correctness, compile, bench, peer, autocast
     op: str
     name: str  # kernel name, or "peer-<name>" for a peer
     dtype: str
     case: Case | None = None
     config: dict[str, Any] = field(default_factory=dict)
-    arch: str | None = None
+    arch: str | None = None  # compile: the target; autocast: the device type
     params: dict[str, Any] = field(default_factory=dict)
     mode: str = "fwd"  # for benchmarks: one of BENCH_MODES
     forward: str | None = None  # fwdbwd benchmarks of a backward kernel: the forward kernel before it
@@ -69,6 +73,8 @@ class ItemSpec:
         parts = []
         if self.kind == "compile":
             parts += ["compile", self.arch or "?"]
+        elif self.kind == "autocast":
+            parts.append(self.arch or "?")
         elif self.kind in ("bench", "peer"):
             parts.append("bench" if self.mode == "fwd" else f"bench-{self.mode}")
         parts.append(dtypes.short(self.dtype))
@@ -97,7 +103,18 @@ def generate(registry: Registry, selection: Selection) -> list[ItemSpec]:
             items.extend(_compile_items(kernel, kernel_dtypes, compile_configs, selection.full, op.name))
         if selection.bench:
             items.extend(_bench_items(registry, op.name, kernels))
+        if kernels and not selection.kernels:  # the op's own items: not asked for by kernel
+            items.extend(_autocast_items(op))
     return items
+
+
+def _autocast_items(op: Op) -> list[ItemSpec]:
+    """One per device type the op declares an autocast policy for, where it has a peer to hold the
+    declaration against."""
+    if op.peer is None:
+        return []
+    return [ItemSpec("autocast", op.name, "autocast", AUTOCAST_REGION_DTYPE, arch=device_type)
+            for device_type in AUTOCAST_DEVICE_TYPES if op.autocast_policy(device_type) is not None]  # fmt: skip
 
 
 def parameter_sets(op: Op, full: bool) -> list[dict[str, Any]]:

@@ -97,6 +97,8 @@ def execute(job: Job, context: Context) -> Outcome:
             return _correctness(job, context)
         if job.spec.kind == "compile":
             return _compile(job, context)
+        if job.spec.kind == "autocast":
+            return _autocast(job, context)
         return _bench(job, context)
     except Exception as error:  # the item fails with the exception; the runner decides whether to go on
         fatal = context.gpu and not cuda_usable(error)
@@ -144,6 +146,14 @@ def _correctness(job: Job, context: Context) -> Outcome:
     if not result.ok:
         return Outcome("failed", result.report())
     return Outcome("passed")
+
+
+def _autocast(job: Job, context: Context) -> Outcome:
+    from .autocast_check import check
+
+    spec = job.spec
+    problem = check(context.registry.op(spec.op), spec.arch or "cpu", job.seed)
+    return Outcome("passed") if problem is None else Outcome("failed", problem)
 
 
 def _compile(job: Job, context: Context) -> Outcome:

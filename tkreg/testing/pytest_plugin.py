@@ -35,6 +35,7 @@ MARKERS = {
     "tkreg_correctness": "tkreg: kernel output checked against the op's float64 reference",
     "tkreg_compile": "tkreg: ahead-of-time compile for an architecture, with a check of the generated code",
     "tkreg_bench": "tkreg: device-time benchmark (GPU only), through pytest-benchmark",
+    "tkreg_autocast": "tkreg: an op's autocast declaration held against what torch.autocast does to its peer",
 }
 DEFAULT_TIMEOUT_S = 600.0
 # Device time spent on each benchmark's measured repetitions: at least 20 repetitions (the longest
@@ -42,7 +43,7 @@ DEFAULT_TIMEOUT_S = 600.0
 # 3 minutes. The spread of the repetitions is in pytest-benchmark's statistics.
 DEFAULT_BENCH_MS = 100.0
 SLOWEST_SHOWN = 8  # jobs named in the summary with their run time
-KIND_ORDER = {"correctness": 0, "compile": 1, "peer": 2, "bench": 2}  # benchmarks last: they take a GPU alone
+KIND_ORDER = {"correctness": 0, "autocast": 0, "compile": 1, "peer": 2, "bench": 2}  # benchmarks last: they take a GPU alone
 
 
 class OpGroup(pytest.Collector):
@@ -378,6 +379,12 @@ def _item_callable(state: Any, spec: Any, clock: Any) -> Callable[..., None]:
             runners.run_compile(state, spec)
 
         return tkreg_compile
+    if spec.kind == "autocast":
+
+        def tkreg_autocast() -> None:
+            runners.run_autocast(state, spec)
+
+        return tkreg_autocast
 
     def tkreg_bench(benchmark: Any) -> None:
         runners.run_bench(state, spec, benchmark, clock)
@@ -417,6 +424,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for kind, place in (
         ("correctness", where),
         ("compile", "ahead of time, no GPU needed"),
+        ("autocast", "each op's declaration against its peer"),
         ("bench", where),
         ("plugin", "plugin loading"),
     ):

@@ -160,6 +160,8 @@ def skip_reason(session: Session, spec: ItemSpec) -> str | None:
         return "benchmarks need a CUDA GPU; this machine has none (Triton interpreter only)"
     if spec.kind == "peer":
         return None
+    if spec.kind == "autocast":  # the peer's own code: any machine with the device type runs it
+        return None if spec.arch != "cuda" or platform.is_gpu else "autocast on CUDA needs a CUDA GPU; this machine has none"
     kernel = session.registry.kernel(spec.name)
     if spec.kind == "compile":
         return None if kernel.targets else f"{kernel.name} declares no compile targets"
@@ -175,6 +177,8 @@ def skip_reason(session: Session, spec: ItemSpec) -> str | None:
 
 def describe(spec: ItemSpec, seed: int) -> str:
     """The item in words: kernel, case, dtype, config and seed, for failure messages."""
+    if spec.kind == "autocast":
+        return f"op {spec.op}'s peer under torch.autocast({spec.arch!r}, {spec.dtype}), seed {seed}"
     parts = [f"kernel {spec.name}"]
     if spec.case is not None:
         parts.append(f"case {spec.case.id}")
@@ -212,6 +216,10 @@ def _settle(session: Session, spec: ItemSpec) -> Outcome:
 
 
 def run_correctness(session: Session, spec: ItemSpec) -> None:
+    _settle(session, spec)
+
+
+def run_autocast(session: Session, spec: ItemSpec) -> None:
     _settle(session, spec)
 
 

@@ -205,6 +205,8 @@ def test_an_autocast_declaration_is_held_against_the_peer(toy: pytest.Pytester, 
     result.stdout.fnmatch_lines(["*tkreg/toy_scale::autocast[[]cuda-bf16[]] SKIPPED*",
                                  "*autocast (each op's declaration against its peer): *"])  # fmt: skip
     if not passes:
+        # float32 inputs, then the op's half dtype (float16: the toy op lists no bfloat16)
         result.stdout.fnmatch_lines(["op 'toy_scale' declares autocast 'lower' on cpu, but its peer 2 [*] x under *: float32 "
-                                     "inputs: out is float32 (17, 33), the declared casts give bfloat16 (17, 33); the peer "
+                                     "inputs: out is float32 (17, 33), the declared casts give bfloat16 (17, 33); float16 "
+                                     "inputs: out is float16 (17, 33), the declared casts give bfloat16 (17, 33); the peer "
                                      "behaves as 'unchanged' does there: declare that"])  # fmt: skip

@@ -6,9 +6,9 @@ Under autocast tkreg.ops casts the inputs as the op declares and runs its kernel
 gives, silently. The check runs the peer on the op's first case under ``autocast(bfloat16)`` on
 one device type, and again with autocast off on the inputs cast as declared: each output must
 have the same dtype and shape, and values within the op's tolerance for that dtype. Inputs come
-in float32 and in bfloat16, which tells the three policies apart (float32 inputs separate
-"lower" from the others, bfloat16 ones "float32" from "unchanged"). A failure names the policy
-the peer behaves as, where one does.
+in float32 and in a half-precision dtype (bfloat16, or float16 for an op that lists only that),
+which tells the three policies apart (float32 inputs separate "lower" from the others, half
+ones "float32" from "unchanged"). A failure names the policy the peer behaves as, where one does.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from .checking import compare, compare_exact
 from .generation import AUTOCAST_REGION_DTYPE as REGION_DTYPE
 from .harness import as_tuple, make_inputs
 
-INPUT_DTYPES = ("float32", "bfloat16")
-
 
 def check(op: Op, device_type: str, seed: int) -> str | None:
     """None where the peer under autocast on ``device_type`` computes as the op's declaration
@@ -31,7 +29,7 @@ def check(op: Op, device_type: str, seed: int) -> str | None:
     if op.peer is None or policy is None:
         raise ValueError(f"op {op.name!r} has no peer or declares no autocast policy for {device_type}")
     found = []
-    for input_dtype in INPUT_DTYPES:
+    for input_dtype in _input_dtypes(op):
         inputs = _inputs(op, input_dtype, seed, device_type)
         found += [f"{input_dtype} inputs: {problem}" for problem in _differences(op, inputs, device_type, policy)]
     if not found:
@@ -51,8 +49,14 @@ def _inputs(op: Op, dtype: str, seed: int, device_type: str) -> tuple[Any, ...]:
     return make_inputs(op, cases[0], dtype, seed, device_type, op.defaults)
 
 
+def _input_dtypes(op: Op) -> tuple[str, str]:
+    """float32 (a float32 model under autocast), and the op's half-precision dtype."""
+    half = "float16" if "float16" in op.dtypes and "bfloat16" not in op.dtypes else "bfloat16"
+    return "float32", half
+
+
 def _agrees(op: Op, seed: int, device_type: str, policy: str) -> bool:
-    return not any(_differences(op, _inputs(op, d, seed, device_type), device_type, policy) for d in INPUT_DTYPES)
+    return not any(_differences(op, _inputs(op, d, seed, device_type), device_type, policy) for d in _input_dtypes(op))
 
 
 def _differences(op: Op, inputs: tuple[Any, ...], device_type: str, policy: str) -> list[str]:

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tkreg.testing.markers import runs_the_interpreter
+
 pytest_plugins = ["pytester"]
+# Every run here is of a machine without a GPU (CUDA_VISIBLE_DEVICES empty): the faults and the
+# messages are the interpreter's, so the interpreter must be able to run.
+pytestmark = runs_the_interpreter
 
 FAULT_PLUGIN = Path(__file__).parent / "fault_plugin"
 LANG_PLUGIN = (Path(__file__).parent / "fixtures" / "lang_plugin.py").read_text()
@@ -42,6 +47,7 @@ def faults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> tuple[
     tag = f"tkreg-isolation-{uuid.uuid4().hex}"
     monkeypatch.setenv("TKREG_PLUGINS", "elementwise")
     monkeypatch.setenv("TKREG_ISOLATION_TAG", tag)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     pytester.makeconftest(
         f"import sys\nsys.path.insert(0, {str(FAULT_PLUGIN)!r})\nfrom tkreg_faults.plugin import tkreg_register_kernels  # noqa\n"
     )
@@ -107,6 +113,7 @@ def test_a_kernel_using_triton_language_helpers_passes_every_interpreted_item(
     triton.language after every test; that restore once broke every item after the first)."""
     monkeypatch.setenv("TKREG_PLUGINS", "")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     pytester.makeconftest(LANG_PLUGIN)
     for extra in ((), ("--tkreg-in-process",)):
         result = pytester.runpytest_subprocess("--tkreg", "-m", "tkreg_correctness", *extra)

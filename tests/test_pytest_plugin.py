@@ -11,7 +11,14 @@ import pytest
 import torch  # noqa: F401
 import triton  # noqa: F401
 
+from tkreg.core.platform import current
+
 pytest_plugins = ["pytester"]
+
+# The toy runs are in-process: they see this machine's GPU, whatever the environment says.
+without_a_gpu = pytest.mark.skipif(
+    current().is_gpu, reason="asserts what a machine without a GPU reports (interpreted items, benchmarks skipped)"
+)
 
 TOY = (Path(__file__).parent / "fixtures" / "toy_plugin.py").read_text()
 
@@ -40,6 +47,7 @@ def pytest_sessionfinish(session):
     assert "tkreg/" not in result.stdout.str()
 
 
+@without_a_gpu
 def test_correct_kernel_items_pass_with_readable_ids(toy: pytest.Pytester) -> None:
     result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_scale", "-m", "tkreg_correctness", "-v")
     # 2 configs x 2 dtypes x 3 cases
@@ -75,6 +83,7 @@ def test_wrong_stride_only_fails_on_strided_input(toy: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*::toy_wrong_stride[[]fp32-9x21-strided-BLOCK_M=16-BLOCK_N=16[]] FAILED*"])
 
 
+@without_a_gpu
 def test_unmet_requirements_skip_with_the_reason(toy: pytest.Pytester) -> None:
     result = toy.runpytest("--tkreg", "--tkreg-kernel=toy_hopper_only", "-rs")
     result.assert_outcomes(skipped=6)
@@ -151,6 +160,7 @@ def test_an_unknown_tkreg_plugins_name_is_named_in_the_summary(toy: pytest.Pytes
     )
 
 
+@without_a_gpu
 def test_benchmark_outputs_that_nothing_fills_are_named(toy: pytest.Pytester) -> None:
     """On a CPU (or without --tkreg-bench) no benchmark runs: the summary says the files asked
     for were not written, instead of leaving them promised."""
@@ -178,6 +188,7 @@ def test_a_broken_plugin_fails_one_item_and_the_rest_still_run(toy: pytest.Pytes
     )
 
 
+@without_a_gpu
 def test_benchmarks_skip_without_a_gpu(toy: pytest.Pytester) -> None:
     toy.makeconftest(TOY.replace("tkreg.case(M=5, N=1),", "tkreg.case(M=5, N=1), tkreg.case(sets=('bench',), M=64, N=64),"))
     result = toy.runpytest("--tkreg", "--tkreg-bench", "--tkreg-kernel=toy_scale", "-m", "tkreg_bench", "-rs")

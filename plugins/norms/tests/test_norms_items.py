@@ -7,14 +7,18 @@ from __future__ import annotations
 import pytest
 from tkreg_norms import plugin
 
+from tkreg.testing.markers import runs_the_interpreter
+
 pytest_plugins = ["pytester"]
 
 PARAM_SETS = 2  # each op's default eps and one other value
 PER_KERNEL = len(plugin.FORWARD_CONFIGS) * len(plugin.DTYPES) * len([c for c in plugin.CASES if "default" in c.sets]) * PARAM_SETS
 
 
+@runs_the_interpreter
 def test_every_interpreted_item_of_both_ops_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TKREG_PLUGINS", "norms")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the items of a machine without a GPU, wherever this runs
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the plugin turns it on where there is no GPU
     result = pytester.runpytest_subprocess(
         "--tkreg", "--tkreg-op=rms_norm,layer_norm", "-m", "tkreg_correctness", "-v", "-p", "no:cacheprovider", timeout=1200

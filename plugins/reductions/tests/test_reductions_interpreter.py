@@ -19,6 +19,7 @@ from tkreg_reductions import checks
 
 import tkreg
 from tkreg.core.loading import build_registry
+from tkreg.testing.markers import runs_the_interpreter
 
 # (M, N, variant): single column, prime sizes around block sizes, a sliced and a transposed view.
 SHAPES = ((3, 70, ""), (67, 1, ""), (5, 130, "colslice"), (67, 9, "transposed"), (2, 2049, "transposed"))
@@ -84,6 +85,7 @@ def _cases() -> list[tuple[str, str]]:
     return keys
 
 
+@runs_the_interpreter
 @pytest.mark.parametrize(("kernel", "key"), _cases(), ids=[k for _, k in _cases()])
 def test_kernel_matches_the_reference_under_the_interpreter(child_results: dict[str, dict], kernel: str, key: str) -> None:
     checked = sorted({k.split("|")[0] for k in child_results})
@@ -91,6 +93,7 @@ def test_kernel_matches_the_reference_under_the_interpreter(child_results: dict[
     assert child_results[key]["ok"], child_results[key]["report"]
 
 
+@runs_the_interpreter
 def test_split_path_is_bit_reproducible(child_results: dict[str, dict]) -> None:
     result = child_results["determinism"]
     assert result["equal"], "two runs of the split path gave different bits"

@@ -21,6 +21,8 @@ from .checking import compare, compare_exact
 from .generation import AUTOCAST_REGION_DTYPE as REGION_DTYPE
 from .harness import as_tuple, make_inputs
 
+_POLICIES = (autocast_casts.LOWER, autocast_casts.FLOAT32, autocast_casts.UNCHANGED)
+
 
 def check(op: Op, device_type: str, seed: int) -> str | None:
     """None where the peer under autocast on ``device_type`` computes as the op's declaration
@@ -41,12 +43,13 @@ def check(op: Op, device_type: str, seed: int) -> str | None:
             f"torch.autocast({device_type!r}, {REGION_DTYPE}) computes otherwise: " + "; ".join(found) + hint)  # fmt: skip
 
 
-_POLICIES = (autocast_casts.LOWER, autocast_casts.FLOAT32, autocast_casts.UNCHANGED)
+def _case(op: Op) -> Any:
+    """The case the check runs: the op's first default one."""
+    return (op.cases_in("default") or op.cases)[0]
 
 
 def _inputs(op: Op, dtype: str, seed: int, device_type: str) -> tuple[Any, ...]:
-    cases = op.cases_in("default") or op.cases
-    return make_inputs(op, cases[0], dtype, seed, device_type, op.defaults)
+    return make_inputs(op, _case(op), dtype, seed, device_type, op.defaults)
 
 
 def _input_dtypes(op: Op) -> tuple[str, str]:
@@ -73,7 +76,6 @@ def _differences(op: Op, inputs: tuple[Any, ...], device_type: str, policy: str)
     if len(got) != len(want):
         return [f"{len(got)} outputs against {len(want)}"]
     found = []
-    case = (op.cases_in("default") or op.cases)[0]
     # a peer gives every output, or the returned ones only (Output.returned)
     specs = op.outputs if len(got) == len(op.outputs) else tuple(o for o in op.outputs if o.returned)
     for g, w, spec in zip(got, want, specs):
@@ -89,7 +91,7 @@ def _differences(op: Op, inputs: tuple[Any, ...], device_type: str, policy: str)
             table = op.tolerances if spec.tolerances is None else spec.tolerances
             if _name(g.dtype) not in table:
                 continue
-            result = compare(g, w, op.tolerance(_name(g.dtype), case, spec))
+            result = compare(g, w, op.tolerance(_name(g.dtype), _case(op), spec))
         if not result.ok:
             found.append(result.report(spec.name))
     return found

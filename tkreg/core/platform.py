@@ -72,7 +72,7 @@ def current() -> Platform:
     return Platform.cuda(capability, name)
 
 
-def _driver() -> ctypes.CDLL | None:
+def cuda_driver() -> ctypes.CDLL | None:
     """The CUDA driver library, initialized; None where there is none (or it will not start)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -87,7 +87,7 @@ def visible_gpus() -> list[str]:
     """The CUDA devices this process sees, as the ids a child process pins one with
     (``CUDA_VISIBLE_DEVICES=<id>``): the entries of this process's CUDA_VISIBLE_DEVICES, or
     "0".."n-1" when it is unset. Empty without a GPU. Asks the driver, not torch."""
-    cuda = _driver()
+    cuda = cuda_driver()
     count = ctypes.c_int()
     if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return []
@@ -99,7 +99,7 @@ def visible_gpus() -> list[str]:
 
 
 def _first_cuda_device() -> tuple[caps.Capability, str] | None:
-    cuda = _driver()
+    cuda = cuda_driver()
     count, device, major, minor = (ctypes.c_int() for _ in range(4))
     name = ctypes.create_string_buffer(256)
     if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
@@ -117,7 +117,7 @@ def _first_cuda_device() -> tuple[caps.Capability, str] | None:
 @functools.lru_cache(maxsize=1)
 def driver_version() -> str:
     """The CUDA driver's API version ("12.8"), or "" without a driver; from the driver itself."""
-    cuda = _driver()
+    cuda = cuda_driver()
     version = ctypes.c_int()
     if cuda is None or cuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
         return ""

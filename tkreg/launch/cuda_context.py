@@ -14,9 +14,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from typing import Any
+
+from ..core.platform import cuda_driver
 
 _made = threading.local()  # .devices: the devices this thread has a current context for
+# The driver library, loaded and initialized once per process (tkreg.core.platform's own).
+_driver = functools.cache(cuda_driver)
 
 
 def make_current(device: int) -> None:
@@ -29,14 +32,6 @@ def make_current(device: int) -> None:
         return
     if _make_current(device):
         devices.add(device)
-
-
-@functools.cache
-def _driver() -> Any:
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
 
 
 def _make_current(device: int) -> bool:

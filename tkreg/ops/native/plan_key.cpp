@@ -18,8 +18,6 @@
 // for any tensors while torch.autocast is on: the caller then takes its checked path.
 #include "native.h"
 
-#include <ATen/autocast_mode.h>
-
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -99,7 +97,7 @@ void KeyWords::reserve(Py_ssize_t more) {
 
 bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
   // Under torch.autocast a peer's own call computes in another dtype: the checked path decides.
-  if (at::autocast::is_autocast_enabled(at::kCUDA) || at::autocast::is_autocast_enabled(at::kCPU)) return false;
+  if (tkreg_autocast_on()) return false;
   try {
     for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* obj = args[i];

@@ -1,6 +1,8 @@
 """The isolation example of tests/fault_plugin/README.md works as printed: the command, run from the
 repository root as a user runs it, gives the counts the README states; without the fault plugin
-loaded, the same selection is a usage error naming the fault kernels."""
+loaded, the same selection is a usage error naming the fault kernels. The README's counts are those
+of a machine without a GPU, so every run here sees none (CUDA_VISIBLE_DEVICES empty) and needs the
+interpreter."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tkreg.testing.markers import runs_the_interpreter
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "tests" / "fault_plugin" / "README.md"
+pytestmark = runs_the_interpreter
 KEPT_LOGS = re.compile(r"runner logs of this run \(kept because items failed\): (\S+)")
 
 
@@ -27,8 +32,9 @@ def documented_command() -> str:
 
 def run(command: str) -> subprocess.CompletedProcess[str]:
     """``command`` in a shell at the repository root, with this environment's bin first on PATH
-    (what `. .venv/bin/activate` does) and every installed plugin loaded."""
+    (what `. .venv/bin/activate` does), every installed plugin loaded and no GPU."""
     env = {k: v for k, v in os.environ.items() if k not in ("TKREG_PLUGINS", "PYTHONPATH")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     result = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     kept = KEPT_LOGS.search(result.stdout)

@@ -19,8 +19,9 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
    torch.compile(fullgraph=True), in the default mode and in mode="reduce-overhead" (CUDA
    graphs), against torch.compile of the same block written with ``@``; and whether Inductor
    generated the same code for the two.
-5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch, in
-   bfloat16 and as mixed-precision training runs it (float32 weights, torch.autocast);
+5. Training: a 2-layer MLP step (forward and backward) through the linear op against torch, at
+   2048 tokens and at 256 (a small batch, host-bound), in bfloat16 and as mixed-precision
+   training runs it (float32 weights, torch.autocast);
    and a forward and backward through each differentiable row op (a norm) at model sizes
    against the same through its peer, as torch code trains.
 6. Batched linear calls (B, M, K) @ (B, K, N) against torch.bmm.
@@ -43,7 +44,7 @@ from ..suites import Deadline, Measured
 from . import cold, picks
 from .graphs import graph_replays
 from .shapes import unseen
-from .workloads import batched, compiled_mlp, row_training, training_step
+from .workloads import TRAIN_TOKENS, batched, compiled_mlp, row_training, training_step
 
 
 def measure(deadline: Deadline) -> Measured:
@@ -75,10 +76,11 @@ def measure(deadline: Deadline) -> Measured:
         mm = ops.get(linear[0].name)
         deadline.check("the compiled MLP")
         rows += compiled_mlp(mm, linear[0].name)
-        deadline.check("the training step")
-        rows += training_step(mm, linear[0].name)
-        deadline.check("the training step under autocast")
-        rows += training_step(mm, linear[0].name, autocast=True)
+        for tokens in TRAIN_TOKENS:
+            deadline.check(f"the training step of {tokens} tokens")
+            rows += training_step(mm, linear[0].name, tokens)
+            deadline.check(f"the training step of {tokens} tokens under autocast")
+            rows += training_step(mm, linear[0].name, tokens, autocast=True)
         rows += batched(mm, linear[0].name)
     for op in registry.ops():
         if op.contract.kind == "rows" and op.grads and op.peer is not None:

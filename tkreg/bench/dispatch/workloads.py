@@ -17,7 +17,10 @@ from .picks import TIMING_BUDGET_S
 MLP = {"hidden": 4096, "intermediate": 14336}  # Llama-3-8B
 MLP_TOKENS = (16, 4096)
 ROW_TRAINING = ((4096, 4096), (16384, 4096))  # (tokens, width) of a model's row ops (a norm): M, N
-TRAIN = {"tokens": 2048, "hidden": 4096, "inner": 16384}
+TRAIN = {"hidden": 4096, "inner": 16384}
+# A step of 2048 tokens (a few ms, GPU-bound), and a small batch's step of 256, host-bound (about
+# 440 us of GPU time in 1.0-1.2 ms on an H200), where tkreg.ops' own cost per call would show.
+TRAIN_TOKENS = (2048, 256)
 # Many short rounds rather than a few long ones: a host-bound training step (100-300 us, nearly
 # all host time) read 0.87 and 1.15 of torch with nine rounds of 30 ms on an H100 (2026-11-27),
 # for calls that run torch's own code either way.
@@ -128,8 +131,8 @@ def _decisions(op: str, products: dict[str, tuple[Any, Any]]) -> dict[str, str]:
     return {what: ops.explain(op, a, b).splitlines()[0][:2000] for what, (a, b) in products.items()}
 
 
-def training_step(mm: Callable[..., Any], op: str, autocast: bool = False) -> list[dict[str, Any]]:
-    """The step's time; what the forward's two products run, and what tkreg.ops would run for
+def training_step(mm: Callable[..., Any], op: str, tokens: int, autocast: bool = False) -> list[dict[str, Any]]:
+    """The step's time at ``tokens`` (the rows of x); what the forward's two products run, and what tkreg.ops would run for
     the backward formula's four (the input's gradient d_out @ W and the weight's x.t() @ d_out),
     which it calls where a kernel ran the forward (where the peer did, torch's autograd runs
     torch's backward). With ``autocast``, as mixed-precision training runs it: float32 weights
@@ -139,7 +142,7 @@ def training_step(mm: Callable[..., Any], op: str, autocast: bool = False) -> li
     import torch
     import torch.nn.functional as F
 
-    t, h, inner = TRAIN["tokens"], TRAIN["hidden"], TRAIN["inner"]
+    t, h, inner = tokens, TRAIN["hidden"], TRAIN["inner"]
     stored = torch.float32 if autocast else torch.bfloat16
     x = torch.randn(t, h, device="cuda", dtype=stored)
     w1 = (torch.randn(inner, h, device="cuda", dtype=stored) / math.sqrt(h)).requires_grad_()
@@ -171,7 +174,7 @@ def training_step(mm: Callable[..., Any], op: str, autocast: bool = False) -> li
             row["decisions"] = _decisions(op, products)
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-    say(f"  training step{' under autocast' if autocast else ''}: {row}")
+    say(f"  training step, {t} tokens{' under autocast' if autocast else ''}: {row}")
     return [row]
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.errors import InputError
+from . import native
 
 log = logging.getLogger("tkreg.ops")
 
@@ -126,13 +127,19 @@ class Replayer:
 
         if self.tensors_of is None and len(wanted) == 1:
             (at,) = wanted
+            # the same three steps in C++ where the extension is in use: no frame between
+            # tkreg.ops.<op>'s C++ call and the replay (native/replayed_call.cpp)
+            make = native.replayed_maker()
+            if make is not None:
+                single = make(allocate, replay, launched, at, picks)
+            else:
 
-            def single(*inputs: Any) -> Any:
-                outs = allocate()
-                if replay((*inputs, *outs)):
-                    return outs[at]
-                made = launched(*inputs)  # every output where the op has several, else the one
-                return made[at] if picks else made
+                def single(*inputs: Any) -> Any:
+                    outs = allocate()
+                    if replay((*inputs, *outs)):
+                        return outs[at]
+                    made = launched(*inputs)  # every output where the op has several, else the one
+                    return made[at] if picks else made
 
             return (run, single) if picks else (single, None)
         if self.returned is None:

@@ -52,6 +52,13 @@ def outputs_maker() -> Callable[..., Any] | None:
     return getattr(module, "outputs", None) if module is not None else None
 
 
+def replayed_maker() -> Callable[..., Any] | None:
+    """``replayed(allocate, replay, declined, at, picks) -> call``: a replayed plan's call, made in
+    C++ (see replayed_call.cpp); None where the extension is not in use."""
+    module = _load()[0]
+    return getattr(module, "replayed", None) if module is not None else None
+
+
 def status() -> str:
     """Whether the C++ key is in use, and if not, why: a line for ``tkreg doctor``."""
     return _load()[1]

@@ -1,4 +1,4 @@
-// What plan_key.cpp, fast_call.cpp and outputs.cpp share (one extension module, tkreg.ops.native._plan_key).
+// What plan_key.cpp, fast_call.cpp, outputs.cpp, autocast.cpp and replayed_call.cpp share (one extension module, tkreg.ops.native._plan_key).
 #pragma once
 #include <Python.h>
 
@@ -75,3 +75,9 @@ PyObject* tkreg_make_outputs(PyObject* module, PyObject* layouts);
 
 // Readies outputs' type; -1 with an exception set where it cannot.
 int tkreg_outputs_ready();
+
+// replayed(allocate, replay, declined, at, picks) -> builtin: a replayed plan's call (see replayed_call.cpp).
+PyObject* tkreg_make_replayed(PyObject* module, PyObject* args);
+
+// Readies replayed's type; -1 with an exception set where it cannot.
+int tkreg_replayed_ready();

@@ -342,6 +342,25 @@ def test_launch_bound_ties_go_to_the_least_host_and_gpu_time_together() -> None:
     assert measuring.fastest({"k": 8.0, PEER: 9.0}, {"k": 7.9, PEER: 8.9}, {"k": 7.0, PEER: 2.0}) == "k"
 
 
+def test_a_launch_bound_candidate_whose_host_time_ties_joins_the_tie() -> None:
+    """Four row sums, all launch-bound, read 9.3-9.7 us (their host's time, 9.2-9.4): the one 4%
+    behind whose kernel is fastest takes the tie, where its GPU time was read."""
+    walls = {"sum_row": 9.3, "iterative": 9.5, "blocked": 9.6, "tiled": 9.7, PEER: 13.4}
+    host = {"sum_row": 9.2, "iterative": 9.3, "blocked": 9.4, "tiled": 9.4, PEER: 13.1}
+    gpu = {"sum_row": 5.4, "iterative": 5.5, "blocked": 6.1, "tiled": 3.6}
+    assert measuring.fastest(walls, host, gpu) == "tiled"
+    # without its GPU time it stays out, and the tie is the wall times' own
+    assert measuring.fastest(walls, host, {k: v for k, v in gpu.items() if k != "tiled"}) == "sum_row"
+    assert measuring.fastest(walls, host) == "sum_row"
+    # beyond CONTESTED in wall time, or beyond TIE in host time, a lead stands
+    assert measuring.fastest({**walls, "tiled": 10.4}, host, gpu) == "sum_row"
+    assert measuring.fastest(walls, {**host, "tiled": 9.6}, gpu) == "sum_row"
+    # a candidate that is not launch-bound does not join (its wall time is not its host's)
+    assert measuring.fastest(walls, {**host, "tiled": 7.0}, gpu) == "sum_row"
+    # nor does anything where the fastest is not launch-bound: its lead is its kernel's
+    assert measuring.fastest(walls, {**host, "sum_row": 5.0}, gpu) == "sum_row"
+
+
 class SleepClock(FakeClock):
     """A clock that also times a call on the GPU alone (ms per call by identity; None: fails)."""
 
@@ -601,3 +620,21 @@ def test_the_cuda_clock_times_replays_of_captured_calls_and_refuses_calls_that_c
     assert after() > 0
     x = adds.x
     adds.torch.testing.assert_close((x + 1.0).cpu(), x.cpu() + 1.0)
+
+
+def test_a_launch_bound_candidate_whose_host_time_ties_is_timed_on_the_gpu_and_can_win() -> None:
+    """(wall, host, GPU alone, replayed) ms per call: ``tiled`` reads 4% behind on the host's time,
+    ``busy`` 4% behind with a host 10% slower, ``far`` 20% behind."""
+    def first() -> None: ...
+    def tiled() -> None: ...
+    def busy() -> None: ...
+    def far() -> None: ...
+
+    clock = HostClock({first: (0.0093, 0.0092, 0.0054, 0.005), tiled: (0.0097, 0.0094, 0.0036, 0.0035),
+                       busy: (0.0097, 0.0102, 0.0020, 0.002), far: (0.0112, 0.0093, 0.0010, 0.001)})  # fmt: skip
+    host: dict[str, float] = {}
+    gpu: dict[str, float] = {}
+    calls = {"first": first, "tiled": tiled, "busy": busy, "far": far}
+    times = measuring.measure(calls, 10, clock, host=host, device=gpu)
+    assert set(clock.alone_calls) == {first, tiled}
+    assert measuring.fastest(times, host, gpu) == "tiled"

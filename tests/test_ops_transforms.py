@@ -6,6 +6,7 @@ Kernels run under the Triton interpreter (CPU) or on a GPU."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -215,6 +216,30 @@ def test_without_a_peer_forward_mode_is_a_clear_error(toy_device: str) -> None:
         torch.func.jvp(lambda a: toy.toy_rms_norm(a, w, eps=0.5), (x,), (torch.ones_like(x),))
     with fwAD.dual_level(), pytest.raises(NoGradientError, match="toy_rms_norm has no forward-mode gradient"):
         toy.toy_rms_norm(fwAD.make_dual(x, torch.ones_like(x)), w, eps=0.5)
+
+
+def test_explain_says_what_a_call_of_dual_tensors_does(toy_device: str) -> None:
+    """The peer's own code where the op has one (and the call runs it), the error where not."""
+    x, w = _rms_inputs(14, toy_device)
+    for peer in (True, False):
+        toy = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer=peer)))
+        plain = tkreg.ops.explain("toy_rms_norm", x, w, eps=0.5)
+        assert "calls its peer" not in plain and "raises" not in plain  # a kernel runs plain inputs
+        with warnings.catch_warnings(), fwAD.dual_level():
+            warnings.simplefilter("ignore", PeerFallbackWarning)
+            dual = fwAD.make_dual(x, torch.ones_like(x))
+            text = tkreg.ops.explain("toy_rms_norm", dual, w, eps=0.5)
+            if peer:
+                assert text == ("tkreg.ops.toy_rms_norm calls its peer rms_peer: forward-mode AD (dual tensors) takes the "
+                                "peer's own code")  # fmt: skip
+                before = len(calls("rms_peer"))
+                toy.toy_rms_norm(dual, w, eps=0.5)
+                assert len(calls("rms_peer")) == before + 1
+            else:
+                assert text.startswith("tkreg.ops.toy_rms_norm raises NoGradientError: tkreg.ops.toy_rms_norm has no "
+                                       "forward-mode gradient")  # fmt: skip
+                with pytest.raises(NoGradientError, match=re.escape(text.split("NoGradientError: ", 1)[1])):
+                    toy.toy_rms_norm(dual, w, eps=0.5)
 
 
 def test_without_a_peer_vmap_runs_the_kernel_per_sample(toy_device: str) -> None:

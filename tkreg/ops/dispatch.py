@@ -382,7 +382,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         """What a call with these inputs does and why (no launch); where a kernel runs them and
         the bucket's training choice is made, what a call that wants a gradient does."""
         from . import autocasting
-        from .contexts import autocast_on, no_autocast, unusual_layout
+        from .contexts import DUAL_TENSORS, autocast_on, has_tangents, no_autocast, no_tangent, unusual_layout
 
         values = self.params.values(params or {})
         odd = unusual_layout(inputs)
@@ -398,6 +398,10 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
             return f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {routed}"
         if odd:
             return f"tkreg.ops.{self.op.name} raises InputError: {odd}; its kernels take strided tensors, and it has no peer"
+        if has_tangents(inputs):  # as the checked path takes such a call
+            if self.op.peer is None:
+                return f"tkreg.ops.{self.op.name} raises NoGradientError: {no_tangent(self.op.name)}"
+            return f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {DUAL_TENSORS}"
         plan = self.plan(inputs, values, tune=False)
         text = plan.describe(self.op.name)
         kept = self._plans.get(keys.plan_key(inputs, values))

@@ -51,9 +51,11 @@ from ..core.specs import Op
 from . import autocasting, keys, native
 from .after_import import after_import
 from .contexts import (
+    DUAL_TENSORS,
     autocast_on,
     has_tangents,
     no_autocast,
+    no_tangent,
     transform_levels,
     transforms_active,
     unusual_layout,
@@ -494,9 +496,8 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
                 return dispatcher.peer_own_call(inputs, params, autocasting.undeclared(device_type), "runs")
         if has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
             if op.peer is None:
-                raise NoGradientError(f"tkreg.ops.{op.name} has no forward-mode gradient (dual tensors of "
-                                      f"torch.autograd.forward_ad) and op {op.name!r} has no peer to compute one")  # fmt: skip
-            return dispatcher.peer_own_call(inputs, params, "forward-mode AD (dual tensors) takes the peer's own code", "runs")
+                raise NoGradientError(no_tangent(op.name))
+            return dispatcher.peer_own_call(inputs, params, DUAL_TENSORS, "runs")
         if overload is not None:
             way = way_of(inputs)
             if way != DISPATCH:

@@ -107,6 +107,9 @@ def test_the_cpp_key_refuses_what_it_cannot_key() -> None:
         assert key(thing) is None
         assert key(x, thing) is None  # any input refused: the whole call is
     assert key() == b""
+    assert key(x) is not None
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a peer's own call would compute in another dtype
+        assert key(x) is None
 
 
 def test_the_status_says_why_it_is_not_in_use(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,11 +21,12 @@ struct KeyWords {
 };
 
 // Reads the key words of these arguments into ``into``; false where one is not a plain strided
-// tensor or cannot be read (see plan_key.cpp); never raises.
+// tensor or cannot be read (see plan_key.cpp); never raises. It does not ask whether torch.autocast
+// is on: its callers do (tkreg_packed_key, fast_call).
 bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into);
 
 // The packed plan key of these arguments (bytes: the first ``count`` words of tkreg_key_words),
-// or None where one is not a plain strided tensor; never raises.
+// or None where one is not a plain strided tensor or torch.autocast is on; never raises.
 PyObject* tkreg_packed_key(PyObject* const* args, Py_ssize_t count);
 
 // The bytes of the first ``count`` words (the packed key of the tensors they were read from).

@@ -96,8 +96,6 @@ void KeyWords::reserve(Py_ssize_t more) {
 }
 
 bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
-  // Under torch.autocast a peer's own call computes in another dtype: the checked path decides.
-  if (tkreg_autocast_on()) return false;
   try {
     for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* obj = args[i];
@@ -130,6 +128,9 @@ PyObject* tkreg_key_bytes(const KeyWords& words, Py_ssize_t count) {
 }
 
 PyObject* tkreg_packed_key(PyObject* const* args, Py_ssize_t count) {
+  // Under torch.autocast a peer's own call computes in another dtype: the checked path decides.
+  // (fast_call.cpp asks before it reads the words, and casts first where the op declares a policy.)
+  if (tkreg_autocast_on()) Py_RETURN_NONE;
   KeyWords words;
   if (!tkreg_key_words(args, count, words)) Py_RETURN_NONE;
   return tkreg_key_bytes(words, words.used);

@@ -6,6 +6,7 @@ Kernels run under the Triton interpreter (CPU) or on a GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from collections.abc import Callable
@@ -302,3 +303,46 @@ def test_gradients_differentiated_again_without_a_peer_or_a_safe_formula_are_a_c
     reason = "may read rstd, which it marks not differentiable" if formula else "it has no backward formula"
     with pytest.raises(NoGradientError, match=f"no gradient that can be differentiated again.*{reason}"):
         torch.autograd.grad(toy.toy_rms_norm(x, w, eps=0.5).sum(), (x, w), create_graph=True)
+
+
+def _context(kind: str, x: Any) -> tuple[Any, Any]:
+    """A context and the x input a call of ``kind`` is made with inside it."""
+    if kind == "sparse":
+        return contextlib.nullcontext(), x.to_sparse()
+    if kind == "autocast":  # the toy op declares no autocast policy
+        return torch.autocast(x.device.type, dtype=torch.bfloat16), x
+    level = fwAD.dual_level()
+    return level, lambda: fwAD.make_dual(x, torch.ones_like(x))
+
+
+@pytest.mark.parametrize("peer", [True, False])
+@pytest.mark.parametrize("kind", ["sparse", "autocast", "dual"])
+def test_explain_and_the_call_take_the_same_detour(toy_device: str, kind: str, peer: bool) -> None:
+    """Where a call leaves the plans (a sparse input, autocast the op declares nothing for, dual
+    tensors), explain says what the call then does: the peer's own code, with the warning's
+    reason, or the error the call raises, or a kernel."""
+    toy = install(registry_with(RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer=peer)))
+    x, w = _rms_inputs(15, toy_device)
+    context, made = _context(kind, x)
+    with context:
+        x = made() if callable(made) else made
+        text = tkreg.ops.explain("toy_rms_norm", x, w, eps=0.5)
+        before = len(calls("rms_peer")), len(calls("rms_torch"))
+        if " raises " in text:
+            error, message = text.split(" raises ", 1)[1].split(": ", 1)
+            with pytest.raises((tkreg.InputError, NoGradientError)) as raised:
+                toy.toy_rms_norm(x, w, eps=0.5)
+            assert type(raised.value).__name__ == error and str(raised.value) == message
+        elif "calls its peer" in text:
+            reason = text.split("calls its peer rms_peer: ", 1)[1]
+            with pytest.warns(PeerFallbackWarning) as warned, contextlib.suppress(tkreg.InputError):
+                toy.toy_rms_norm(x, w, eps=0.5)  # a sparse x fails in the peer, after it was called
+            assert [str(w.message).split(": ", 1)[1] for w in warned] == [reason]
+            assert len(calls("rms_peer")) == before[0] + 1
+        else:
+            toy.toy_rms_norm(x, w, eps=0.5)
+            assert len(calls("rms_peer")) == before[0] and len(calls("rms_torch")) == before[1] + 1
+    expected = {("sparse", True): "calls its peer", ("sparse", False): "raises InputError",
+                ("autocast", True): "calls its peer", ("autocast", False): "calls rms_torch",
+                ("dual", True): "calls its peer", ("dual", False): "raises NoGradientError"}  # fmt: skip
+    assert expected[kind, peer] in text, text

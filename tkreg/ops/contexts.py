@@ -59,16 +59,6 @@ class no_autocast:  # lower case: used as a function, as torch.no_grad is
             torch.set_autocast_enabled(device_type, True)
 
 
-# Why a call of dual tensors runs the peer's own code (kernels compute no tangent), and the error
-# where the op has no peer: tkreg.ops.<op>'s checked path and explain say the same.
-DUAL_TENSORS = "forward-mode AD (dual tensors) takes the peer's own code"
-
-
-def no_tangent(op: str) -> str:
-    return (f"tkreg.ops.{op} has no forward-mode gradient (dual tensors of torch.autograd.forward_ad) and op {op!r} has "
-            "no peer to compute one")  # fmt: skip
-
-
 def has_tangents(inputs: Sequence[Any]) -> bool:
     """Whether an input is a dual tensor of forward-mode AD (torch.autograd.forward_ad)."""
     if forward_ad._current_level < 0:  # no dual level entered: nothing to unpack

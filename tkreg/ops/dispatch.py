@@ -382,26 +382,17 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         """What a call with these inputs does and why (no launch); where a kernel runs them and
         the bucket's training choice is made, what a call that wants a gradient does."""
         from . import autocasting
-        from .contexts import DUAL_TENSORS, autocast_on, has_tangents, no_autocast, no_tangent, unusual_layout
+        from .contexts import no_autocast
+        from .detours import CAST, context_detour, layout_detour
 
         values = self.params.values(params or {})
-        odd = unusual_layout(inputs)
-        routed = f"{odd}: the peer's own code takes it" if odd else None
-        if not odd and autocast_on():  # as tkreg.ops.<op> takes such a call (library.entry_point)
-            device_type, policy = autocasting.policy_for(self.op, inputs)
-            if policy is not None:
-                cast = autocasting.cast(inputs, device_type, policy)
-                with no_autocast():
-                    return f"{autocasting.describe(policy, device_type)}; then {self.describe(cast, params)}"
-            routed = autocasting.undeclared(device_type)
-        if routed and self.op.peer is not None:
-            return f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {routed}"
-        if odd:
-            return f"tkreg.ops.{self.op.name} raises InputError: {odd}; its kernels take strided tensors, and it has no peer"
-        if has_tangents(inputs):  # as the checked path takes such a call
-            if self.op.peer is None:
-                return f"tkreg.ops.{self.op.name} raises NoGradientError: {no_tangent(self.op.name)}"
-            return f"tkreg.ops.{self.op.name} calls its peer {self.op.peer_name}: {DUAL_TENSORS}"
+        detour = layout_detour(self.op, inputs) or context_detour(self.op, inputs)  # as tkreg.ops.<op> takes the call
+        if detour is not None and detour.way == CAST:
+            cast = autocasting.cast(inputs, detour.device_type, detour.policy)
+            with no_autocast():
+                return f"{detour.describe(self.op)}; then {self.describe(cast, params)}"
+        if detour is not None:
+            return detour.describe(self.op)
         plan = self.plan(inputs, values, tune=False)
         text = plan.describe(self.op.name)
         kept = self._plans.get(keys.plan_key(inputs, values))

@@ -51,16 +51,15 @@ from ..core.specs import Op
 from . import autocasting, keys, native
 from .after_import import after_import
 from .contexts import (
-    DUAL_TENSORS,
     autocast_on,
     has_tangents,
     no_autocast,
-    no_tangent,
     transform_levels,
     transforms_active,
     unusual_layout,
     wants_gradient,
 )
+from .detours import PEER, RAISE, context_detour, layout_detour
 from .dispatch import Dispatcher
 from .forms import as_tuple
 from .gradients import NoGradientError
@@ -476,28 +475,22 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
         return NOT_TAKEN
 
     def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
-        odd = unusual_layout(inputs)
-        if odd is not None:  # kernels and plans take strided tensors: torch's own code takes the rest
-            if op.peer is None:
-                raise InputError(f"tkreg.ops.{op.name}: {odd}; its kernels take strided tensors, and op {op.name!r} has "
-                                 "no peer")  # fmt: skip
-            return dispatcher.peer_own_call(inputs, params, f"{odd}: the peer's own code takes it", "runs")
-        if transforms_active():
+        detour = layout_detour(op, inputs)
+        if detour is None and transforms_active():
             got = under_transforms(inputs, params)
             if got is not NOT_TAKEN:
                 return got
-        if autocast_on():
-            device_type, policy = autocasting.policy_for(op, inputs)
-            if policy is not None:  # cast as torch casts the peer, then the usual call with autocast off
-                cast = autocasting.cast(inputs, device_type, policy)
-                with no_autocast():
-                    return dispatcher.entry(*cast, **params) if dispatcher.entry is not None else slow(cast, params)
-            if op.peer is not None:  # the op does not say what autocast does to it: torch's own code does
-                return dispatcher.peer_own_call(inputs, params, autocasting.undeclared(device_type), "runs")
-        if has_tangents(inputs):  # kernels compute no tangent: the peer's own code does
-            if op.peer is None:
-                raise NoGradientError(no_tangent(op.name))
-            return dispatcher.peer_own_call(inputs, params, DUAL_TENSORS, "runs")
+        if detour is None:
+            detour = context_detour(op, inputs)
+        if detour is not None:  # explain states the same detour (Dispatcher.describe)
+            if detour.way == PEER:
+                return dispatcher.peer_own_call(inputs, params, detour.reason, "runs")
+            if detour.way == RAISE:
+                detour.raise_error()
+            # CAST: as torch casts the peer, then the usual call with autocast off
+            cast = autocasting.cast(inputs, detour.device_type, detour.policy)
+            with no_autocast():
+                return dispatcher.entry(*cast, **params) if dispatcher.entry is not None else slow(cast, params)
         if overload is not None:
             way = way_of(inputs)
             if way != DISPATCH:

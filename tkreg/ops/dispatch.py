@@ -285,7 +285,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
             ranking = self.registry.ranking(self.op.name, None, kernel_inputs)
             kernels = self._without_writers(ranking.runnable, [])
             if ranking.prefer_peer:
-                prior = Decision([], f"faster for these inputs: {ranking.peer_ranking}", "prior")
+                prior = Decision([], ranking.peer_ranking, "prior")  # the plan says "faster for these inputs"
             else:
                 first = next(v for v in ranking.verdicts if v.kernel is kernels[0])
                 why = first.ranking or ("the only kernel that takes them" if len(kernels) == 1 else "first by priority")

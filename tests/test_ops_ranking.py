@@ -110,6 +110,49 @@ def test_order_ties_go_to_the_cheaper_call_and_kernels_beat_the_peer() -> None:
     assert beyond_tie[1][1].startswith("ranked below fast: estimated 10.4 us per call")
 
 
+def test_data_measured_as_tkreg_ops_calls_ranks_by_the_cost_per_queued_call() -> None:
+    """Where the host times are what tkreg.ops pays (replayed launches), the least max(wall, host)
+    wins outright: a kernel 5% behind on wall time but half the peer's host time goes first, which
+    the wall-time rule would not put first; on equal terms a kernel beats the peer."""
+
+    def e(wall: float, host: float) -> Estimate:
+        return Estimate(wall, wall, host, "b")
+
+    launch_bound = {"peer x": e(10.0, 20.0), "k": e(10.5, 6.0), "slow": e(30.0, 5.0)}
+    assert [n for n, _ in walltime.order(launch_bound, peer="peer x")] == ["peer x", "k", "slow"]
+    queued = walltime.order(launch_bound, peer="peer x", queued=True)
+    assert [n for n, _ in queued] == ["k", "peer x", "slow"]
+    assert queued[0][1].startswith("estimated 10.5 us per queued call: 10.5 us per call (device 10.5 us, host 6.0 us)")
+    assert queued[1][1].startswith("ranked below k: estimated 20.0 us per queued call")
+    assert [n for n, _ in walltime.order({"peer x": e(10, 5), "k": e(10, 5)}, peer="peer x", queued=True)] == ["k", "peer x"]
+
+
+def _launch_bound_document(calls: str | None) -> dict[str, Any]:
+    meta = {"device": "Test GPU", "capability": "9.0", **({"calls": calls} if calls is not None else {})}
+    rows = [{"op": "add", "impl": impl, "dtype": "float32", "dims": {"M": 64, "N": 64}, "layout": "contiguous",
+             "wall_us": wall, "device_us": wall, "host_us": host} for impl, wall, host in (("add_triton", 10.5, 6.0),
+                                                                                          ("peer", 10.0, 20.0))]  # fmt: skip
+    return {"kind": "ops_ranking", "meta": meta, "rows": rows}
+
+
+@pytest.mark.parametrize(("calls", "first"), [(walltime.CALLS_AS_TKREG, "add_triton"), (None, "peer")])
+def test_the_rule_follows_how_the_data_was_measured(calls: str | None, first: str) -> None:
+    measurements = Measurements.from_document(_launch_bound_document(calls))
+    assert measurements.calls == (calls or "")
+    reg = build_registry(env={"TKREG_PLUGINS": "elementwise"})
+    walltime.rank_by(reg, measurements)
+    ranking = reg.ranking("add", GPU, _square(64))
+    assert ranking.prefer_peer == (first == "peer")
+    if first != "peer":
+        assert ranking.verdicts[0].kernel.name == first and "per queued call" in ranking.verdicts[0].ranking
+
+
+def test_the_ranking_suite_marks_its_data_as_the_ranker_reads_it() -> None:
+    from tkreg.bench import ranking
+
+    assert ranking.CALLS == walltime.CALLS_AS_TKREG
+
+
 def test_lookup_ranks_measured_kernels_by_wall_time_and_says_why(registry: tkreg.Registry) -> None:
     big = _square(4096)
     verdicts = registry.explain("add", GPU, inputs=big)

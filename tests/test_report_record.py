@@ -182,21 +182,23 @@ def test_suite_tables_read_the_suites_rows() -> None:
                       "peer": True, "us_per_call": 8.0, "host_us": 6.0},
                      {"op": "add", "path": "tkreg.ops.add", "shape": "256x256", "dtype": "float32", "peer": False,
                       "us_per_call": 20.0, "host_us": 19.5}]}  # fmt: skip
-    assert "| add | tkreg.ops.add | 256x256 fp32 | 20.0 | 19.5 | 2.50x |" in host_table(host)  # older rows: one peer row
+    shown = host_table(host)
+    assert "| add 256x256 fp32 | torch.add (the peer), output given | 8.0 | 6.0 | 1.00x |" in shown  # op and input once
+    assert "|  | tkreg.ops.add | 20.0 | 19.5 | 2.50x |" in shown  # older rows: one peer row
     alike = [("torch.add (the peer), output given", True, False, 8.0),
              ("torch.add (the peer), output allocated", True, True, 10.0),
              ("add_triton, output given", False, False, 12.0), ("tkreg.ops.add", False, True, 13.0)]
     host = {"rows": [{"op": "add", "path": p, "peer": peer, "allocates": a, "us_per_call": us} for p, peer, a, us in alike]}
     text = host_table(host)
-    assert "| add | add_triton, output given | - | 12.0 | - | 1.50x |" in text  # against the peer's given output
-    assert "| add | tkreg.ops.add | - | 13.0 | - | 1.30x |" in text  # against torch's own call
+    assert "|  | add_triton, output given | 12.0 | - | 1.50x |" in text  # against the peer's given output
+    assert "|  | tkreg.ops.add | 13.0 | - | 1.30x |" in text  # against torch's own call
     graded = [("torch.add (the peer), gradient wanted", True, 20.0), ("tkreg.ops.add, gradient wanted", False, 25.0)]
     host["rows"] += [{"op": "add", "path": p, "peer": peer, "allocates": True, "grad": True, "us_per_call": us}
                      for p, peer, us in graded]  # fmt: skip
     host["summary"] = {"add": {"ops_over_torch": 1.3, "operator_extra_us": 2.5, "grad_ops_over_torch": 1.25}}
     text = host_table(host)
-    assert "| add | tkreg.ops.add, gradient wanted | - | 25.0 | - | 1.25x |" in text  # against the peer's, graded
-    assert "| add | tkreg.ops.add | - | 13.0 | - | 1.30x |" in text  # still against the ungraded call
+    assert "|  | tkreg.ops.add, gradient wanted | 25.0 | - | 1.25x |" in text  # against the peer's, graded
+    assert "|  | tkreg.ops.add | 13.0 | - | 1.30x |" in text  # still against the ungraded call
     assert "add 1.30x (operator +2.5 us; 1.25x with a gradient wanted)." in text
     assert "plan key" not in text  # older data did not say which key was used
     host["summary"]["plan_key"] = "in use (built for torch 2.11.0+cu130)"

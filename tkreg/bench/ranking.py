@@ -3,16 +3,19 @@ this GPU: per input signature, every registered kernel that takes the inputs and
 
 Signatures: every op's benchmark cases (no layout variant) in its benchmark dtypes, plus the
 cases it puts in the "ranking" set (in their layouts): the shapes between and below the benchmarks
-that calls from a model meet. Each call allocates its output, as a user's call does. Per
-candidate:
+that calls from a model meet. Each candidate is called as tkreg.ops calls it (a kernel's launches
+replayed where it declares replay, the peer as torch code calls it), allocating its outputs, so
+the host time is what a call through tkreg.ops pays. Per candidate:
 
 - ``wall_us``: triton.testing.do_bench's median, L2 flushed, launcher included;
 - ``device_us``: tkreg.testing.timing.DeviceTimer.queue (L2 flushed, CUPTI's span of the call),
   median of DEVICE_REPS, with the warm-up replaced by three held single calls;
 - ``host_us``: the median per-call time of HOST_CALLS back-to-back calls queued behind a GPU hold.
 
-The file is a tkreg.report.records envelope of kind "ops_ranking", the format of
-``tkreg/ops/measured/<device>.json``. A candidate that cannot be timed is named in ``meta``.
+The file is a tkreg.report.records envelope of kind "ops_ranking" whose ``meta["calls"]`` says how
+the candidates were called (tkreg.ops.walltime ranks by the cost per queued call where it is
+CALLS). An op's plugin ships that op's rows, one file per GPU, in the folder ``Op.measured`` names
+(``<device name, lower case, dashes>.json``). A candidate that cannot be timed is named in ``meta``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from ..core.loading import default_registry
 from ..core.registry import Registry
-from .calls import Signature, kernel_calls, launcher_call, make_inputs, say
+from .calls import Signature, kernel_call, make_inputs, peer_call, say
 from .suites import Deadline, Measured
 
 KIND = "ops_ranking"  # tkreg.ops.walltime.KIND
@@ -34,6 +37,7 @@ DEVICE_REPS = 10
 HOST_CALLS = 20
 HOLD_CYCLES = int(2e6)  # about a millisecond of GPU spin: the timed calls below only queue work
 PEER = "peer"  # tkreg.ops.walltime.PEER
+CALLS = "as tkreg.ops calls them"  # tkreg.ops.walltime.CALLS_AS_TKREG: host times are what tkreg.ops pays
 
 
 def signatures(registry: Registry) -> list[Signature]:
@@ -47,13 +51,16 @@ def signatures(registry: Registry) -> list[Signature]:
 
 
 def candidates(registry: Registry, sig: Signature, inputs: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
-    """Each kernel that takes these inputs here, and the peer, allocating their output."""
-    from ..core import refs
-
+    """Each kernel that takes these inputs here, and the peer, called as tkreg.ops calls them:
+    a kernel at its launcher's own choice, its launches replayed where it declares replay; the
+    peer as torch code calls it. Each call allocates its outputs."""
     op = registry.op(sig.op)
-    calls = kernel_calls(registry, op, inputs)
-    if op.peer is not None:
-        calls[PEER] = launcher_call(op, refs.resolve(op.peer), inputs)  # the peer takes an output, as a launcher does
+    calls: dict[str, Callable[[], Any]] = {
+        kernel.name: kernel_call(op, kernel, kernel.load(), inputs) for kernel in registry.lookup(op.name, inputs=inputs)
+    }
+    peer = peer_call(op, inputs, None)
+    if peer is not None:
+        calls[PEER] = peer
     return calls
 
 
@@ -135,6 +142,7 @@ def measure(deadline: Deadline) -> Measured:
         del inputs
     notes = ("wall: triton.testing.do_bench median (L2 flushed, launcher included); device: "
              "tkreg.testing.timing.DeviceTimer.queue (L2 flushed; CUPTI's span of the call where it traces); host: median "
-             "perf_counter per call of back-to-back calls. Each call allocates its output, as a user's call does.")  # fmt: skip
+             "perf_counter per call of back-to-back calls. Each candidate is called as tkreg.ops calls it (a kernel's "
+             "launches replayed where it declares replay, the peer as torch code calls it), allocating its outputs.")  # fmt: skip
     say(f"  {len(rows)} candidate-signatures measured, {len(failures)} could not be timed")
-    return Measured(kind=KIND, rows=rows, notes=notes, meta={"not_timed": failures})
+    return Measured(kind=KIND, rows=rows, notes=notes, meta={"not_timed": failures, "calls": CALLS})

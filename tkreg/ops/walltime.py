@@ -20,10 +20,15 @@ linearly in log(work) vs log(time); below the smallest point take its times (sma
 latency- and launch-bound), above the largest scale the device time by work (throughput-bound)
 and keep its launch overhead (wall - device). Host time comes from the nearest point.
 
-The ranking rule (:func:`order`): the smallest estimated wall time wins, except that candidates
-within TIE of the fastest count as equally fast, and among those the one that costs the least
-per call when calls are queued back to back wins: max(wall, host), since a loop of small calls
-runs no faster than its launcher. On equal terms a kernel goes before the peer.
+The ranking rule (:func:`order`) depends on how the data was measured. Where the file says its
+candidates were called as tkreg.ops calls them (``meta["calls"]`` is CALLS_AS_TKREG: a kernel's
+launches replayed where it declares replay, the peer as torch code calls it), its host times are
+what a call through tkreg.ops pays, and the least cost per call when calls are queued back to
+back wins: max(wall, host), what tkreg.ops' own tuning measures; on equal terms a kernel goes
+before the peer. In older files the host time is the launcher's Python time, which tkreg.ops no
+longer pays for replayed kernels: there the smallest estimated wall time wins, except that
+candidates within TIE of the fastest count as equally fast, and among those the one with the
+least max(wall, host) wins; on equal terms a kernel goes before the peer.
 Nothing here imports torch.
 """
 
@@ -47,6 +52,7 @@ from ..core.specs import Op
 PEER = "peer"  # the name measured rows give the op's peer
 KIND = "ops_ranking"  # the records kind of a ranking data file
 ENV_VAR = "TKREG_RANKING_DATA"  # a ranking data file to use instead of the ones plugins ship
+CALLS_AS_TKREG = "as tkreg.ops calls them"  # meta["calls"] of data measured so (tkreg.bench.ranking.CALLS)
 # Wall times within 3% count as equal: a tie-break then costs at most 3% of wall time, inside the
 # 5% a pick may trail the fastest kernel by, with 2% left for run-to-run noise.
 TIE = 0.03
@@ -102,6 +108,7 @@ class Measurements:
     date: str = ""
     command: str = ""
     points: list[Point] = field(default_factory=list)
+    calls: str = ""  # how the candidates were called: CALLS_AS_TKREG, or "" (launchers called directly)
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Measurements:
@@ -123,7 +130,8 @@ class Measurements:
             for r in document.get("rows", [])
             if r.get("wall_us") is not None
         ]
-        return cls(meta.get("device", ""), str(meta.get("capability", "")), meta.get("date", ""), meta.get("command", ""), points)
+        return cls(meta.get("device", ""), str(meta.get("capability", "")), meta.get("date", ""), meta.get("command", ""), points,
+                   meta.get("calls", ""))  # fmt: skip
 
     @functools.cached_property
     def _by_candidate(self) -> dict[tuple[str, str, str], list[Point]]:
@@ -225,11 +233,20 @@ def _log_lerp(a: float | None, b: float | None, t: float) -> float | None:
 
 
 # -- the ranking rule ---------------------------------------------------------------------------
-def order(estimates: Mapping[str, Estimate], peer: str | None = None) -> list[tuple[str, str]]:
+def order(estimates: Mapping[str, Estimate], peer: str | None = None, queued: bool = False) -> list[tuple[str, str]]:
     """Candidates best first, each with why it ranks where it does (see the module docstring).
-    ``peer`` names the candidate that is the op's peer, which loses ties to kernels."""
+    ``peer`` names the candidate that is the op's peer, which loses ties to kernels; ``queued``:
+    rank by the cost per queued call alone (data measured as tkreg.ops calls)."""
     if not estimates:
         return []
+    if queued:
+        ranked = sorted(estimates, key=lambda n: (estimates[n].steady_us, n == peer, estimates[n].wall_us, n))
+        first = estimates[ranked[0]]
+        why = [(ranked[0], f"estimated {first.steady_us:.1f} us per queued call: {first.describe()}")]
+        for above, name in itertools.pairwise(ranked):
+            e = estimates[name]
+            why.append((name, f"ranked below {above}: estimated {e.steady_us:.1f} us per queued call: {e.describe()}"))
+        return why
     best = min(e.wall_us for e in estimates.values())
     tied = [n for n, e in estimates.items() if e.wall_us <= best * (1 + TIE)]
     rest = [n for n in estimates if n not in tied]
@@ -349,7 +366,7 @@ class WallTimeRanker:
         peer_label = f"peer {op.peer_name}"
         peer = estimate(PEER) if op.peer is not None else None
         candidates = {**estimates, **({peer_label: peer} if peer is not None else {})}
-        why = dict(order(candidates, peer=peer_label))
+        why = dict(order(candidates, peer=peer_label, queued=measurements.calls == CALLS_AS_TKREG))
         ranks = {name: i for i, name in enumerate(why)}
         measured = sorted((v for v in runnable if v.kernel.name in estimates), key=lambda v: ranks[v.kernel.name])
         ranked = [Verdict(v.kernel, (), why[v.kernel.name], v.score, estimates[v.kernel.name]) for v in measured]

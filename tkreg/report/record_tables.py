@@ -239,15 +239,17 @@ def host_table(document: Mapping[str, Any]) -> str:
         return r.get("op"), bool(r.get("allocates")), bool(r.get("grad")), r.get("autocast") or ""
 
     peer_us = {alike(r): r["us_per_call"] for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}
-    body = []
+    body, shown = [], None
     for r in rows:
         us, base = r.get("us_per_call"), alike(r)
         ratio = us / peer_us[base] if _is_number(us) and base in peer_us else None
         shape = " ".join(x for x in (str(r.get("shape", "")), SHORT_NAMES.get(str(r.get("dtype", "")), "")) if x)
-        body.append([str(r.get("op", "-")), str(r.get("path", "")), shape or "-", _us(us), _us(r.get("host_us")),
+        what = f"{r.get('op', '-')} {shape}".strip()
+        body.append(["" if what == shown else what, str(r.get("path", "")), _us(us), _us(r.get("host_us")),
                      "-" if ratio is None else f"{ratio:.2f}x"])  # fmt: skip
-    headers = ["op", "what is called", "input", "us per call", "of which queueing", "x the peer's, allocating alike"]
-    text = table(headers, body, [False, False, False, True, True, True])
+        shown = what  # the op and its input once per run of rows: the record has a size bound
+    headers = ["op, input", "what is called", "us per call", "of which queueing", "x the peer's, allocating alike"]
+    text = table(headers, body, [False, False, True, True, True])
     summary = {op: v for op, v in (document.get("summary") or {}).items() if isinstance(v, Mapping)}
     if summary:
         said = [_host_goals(op, v) for op, v in sorted(summary.items()) if _is_number(v.get("ops_over_torch"))]

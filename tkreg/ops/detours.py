@@ -20,6 +20,13 @@ from .gradients import NoGradientError
 PEER = "peer"  # the peer's own code runs the call
 CAST = "cast"  # autocast casts the inputs; the call is then made again with autocast off
 RAISE = "raise"  # the call raises ``error``
+DUAL_TENSORS = "forward-mode AD (dual tensors) takes the peer's own code"
+
+
+def no_tangent(op: str) -> str:
+    """NoGradientError's message for dual tensors of an op without a peer."""
+    return (f"tkreg.ops.{op} has no forward-mode gradient (dual tensors of torch.autograd.forward_ad) and op {op!r} has "
+            "no peer to compute one")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -73,11 +80,3 @@ def context_detour(op: Op, inputs: Sequence[Any]) -> Detour | None:
             return Detour(RAISE, no_tangent(op.name), NoGradientError)
         return Detour(PEER, DUAL_TENSORS)
     return None
-
-
-DUAL_TENSORS = "forward-mode AD (dual tensors) takes the peer's own code"
-
-
-def no_tangent(op: str) -> str:
-    return (f"tkreg.ops.{op} has no forward-mode gradient (dual tensors of torch.autograd.forward_ad) and op {op!r} has "
-            "no peer to compute one")  # fmt: skip

@@ -115,6 +115,16 @@ def test_info_on_an_op_shows_how_its_kernels_are_called() -> None:
     assert kernel["direction"].startswith("backward") and kernel["op inputs"] == ["x", "weight"]
 
 
+def test_info_on_an_op_names_the_gpus_its_prior_was_measured_on() -> None:
+    """Where tkreg.ops does not time calls it ranks by the op's shipped wall-time data: info says
+    for which GPUs, when, and how the candidates were called."""
+    measured = json.loads(tkreg_cli("info", "sum_row", "--json").stdout)["op wall-time data (the prior)"]
+    assert any(line.startswith("NVIDIA H200 (2026-11-30; called as tkreg.ops calls them; ") for line in measured), measured
+    assert any(line.startswith("NVIDIA H100 80GB HBM3 (2026-11-23; launchers called directly; ") for line in measured)
+    unmeasured = json.loads(tkreg_cli("info", "rms_norm", "--json").stdout)["op wall-time data (the prior)"]
+    assert unmeasured.startswith("none: kernels rank by priority and score")
+
+
 def test_unknown_kernel_is_a_clear_error(site: Path) -> None:
     result = tkreg_cli("info", "nope", env=env_with(site, "toy"))
     assert result.returncode == 2

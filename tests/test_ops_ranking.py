@@ -219,6 +219,21 @@ def test_a_platform_uses_data_of_its_device_else_of_its_capability(tmp_path: Pat
     assert walltime.data_files(op) == []
 
 
+def test_an_ops_data_files_are_described_and_a_bad_one_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    op = tkreg.default_registry().op("add")
+    document = _launch_bound_document(walltime.CALLS_AS_TKREG) | {"meta": {"device": "Test GPU", "capability": "9.0",
+                                                                          "date": DATE, "calls": walltime.CALLS_AS_TKREG}}
+    good = tmp_path / "test-gpu.json"
+    good.write_text(json.dumps(document))
+    monkeypatch.setenv(walltime.ENV_VAR, str(good))
+    assert walltime.described(op) == ["Test GPU (2026-11-23; called as tkreg.ops calls them; 2 points)"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"kind": "host_overhead", "meta": {}, "rows": []}))
+    monkeypatch.setenv(walltime.ENV_VAR, str(bad))
+    assert walltime.described(op) == ["bad.json: unreadable (ValueError: not a ranking data file: kind 'host_overhead', "
+                                      "expected 'ops_ranking')"]  # fmt: skip
+
+
 def test_a_file_of_another_kind_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
     path.write_text(json.dumps({"kind": "host_overhead", "meta": {}, "rows": []}))

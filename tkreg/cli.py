@@ -177,6 +177,7 @@ def cmd_info(registry: Registry, args: argparse.Namespace) -> int:
         "op tolerance scale": refs.describe(op.tolerance_scale) if op.tolerance_scale else None,
         "op cost model": refs.describe(op.cost),
         "op peer": op.peer_name or None,
+        "op wall-time data (the prior)": _prior_data(op),
     }
     return show_info(info, op, args)
 
@@ -192,8 +193,17 @@ def show_op(registry: Registry, op: Op, args: argparse.Namespace) -> int:
         "op cases": {c.id: list(c.sets) for c in op.cases},
         "op tolerances": {d: {"atol": op.tolerances[d].atol, "rtol": op.tolerances[d].rtol} for d in op.dtypes},
         "op peer": op.peer_name or None,
+        "op wall-time data (the prior)": _prior_data(op),
     }
     return show_info(info, op, args)
+
+
+def _prior_data(op: Op) -> list[str] | str:
+    """The GPUs the op's plugin ships wall-time data for: what tkreg.ops ranks by where it does
+    not time calls (tkreg.ops.walltime)."""
+    from .ops import walltime
+
+    return walltime.described(op) or "none: kernels rank by priority and score where tkreg.ops does not time calls"
 
 
 def show_info(info: dict[str, Any], op: Op, args: argparse.Namespace) -> int:

@@ -303,6 +303,21 @@ def for_platform(platform: Platform, op: Op) -> Measurements | None:
     return _for_device(platform.name, platform.capability, tuple(str(p) for p in data_files(op)))
 
 
+def described(op: Op) -> list[str]:
+    """Each ranking data file of ``op`` in a line (for ``tkreg info``): the GPU, the date, how the
+    candidates were called and how many points; a file that cannot be read says why."""
+    lines = []
+    for path in data_files(op):
+        try:
+            m = load(str(path))
+        except (OSError, ValueError, KeyError) as e:
+            lines.append(f"{path.name}: unreadable ({type(e).__name__}: {e})")
+            continue
+        calls = "called as tkreg.ops calls them" if m.calls == CALLS_AS_TKREG else "launchers called directly"
+        lines.append(f"{m.device} ({m.date[:10] or 'undated'}; {calls}; {len(m.points)} points)")
+    return lines
+
+
 @functools.lru_cache(maxsize=64)
 def _for_device(name: str, capability: tuple[int, int] | None, paths: tuple[str, ...]) -> Measurements | None:
     loaded = [load(p) for p in paths]

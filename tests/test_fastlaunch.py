@@ -399,6 +399,25 @@ def test_descriptor_launches_match_the_ordinary_path(gpu):
     assert without_hooks(fast) == without_hooks(slow)
 
 
+def test_every_launch_that_fills_descriptors_makes_a_context_current_first(gpu, monkeypatch):
+    """A thread that has made no CUDA call has no context current, and the driver cannot fill a
+    descriptor there: the ordinary path (triton fills them before its launch makes one current) and
+    the fast path's expansion both make the device's context current first, for a plain launcher
+    as for a bound launch (tkreg.launch.cuda_context)."""
+    made: list[tuple[int, int]] = []  # (device, descriptors encoded so far) at each call
+    monkeypatch.setattr(fastlaunch.cuda_context, "make_current", lambda d: made.append((d, len(gpu.driver.utils.encoded))))
+    layout = smem_layout()
+    launch = Launcher(desc_kernel, XBLOCK=16, YBLOCK=64, num_warps=4)
+    a, c = torch.zeros(48, 64), torch.zeros(48, 64)
+    plain = (TensorDescriptor.from_tensor(a, [16, 64], layout), TensorDescriptor.from_tensor(c, [16, 64], layout))
+    launch((3,), *plain, 48, 64)  # the ordinary path
+    assert launch.slow_calls == 1 and made == [(0, 0)]
+    gpu.driver.device = 1
+    launch((3,), *plain, 48, 64)  # the ordinary path on another device
+    launch((3,), *plain, 48, 64)  # the fast path: expanded on every call
+    assert launch.slow_calls == 2 and made == [(0, 0), (1, 2), (1, 4)]
+
+
 # -- bound launches ------------------------------------------------------------------------------
 
 

@@ -396,6 +396,8 @@ class Launcher:
         _ordinary_launches += 1
         if _recorder is not None:
             _recorder.refuse(f"a launch of {self.fn} took the ordinary path")
+        if self._jit is not None:  # triton fills descriptors before its launch makes a context current
+            cuda_context.make_current(_current_device())
         if len(args) != len(self.runtime_names):
             return self.fn[grid](*args, **self.fixed)  # triton reports the mismatch
         return self.fn[grid](**dict(zip(self.runtime_names, args)), **self.fixed)
@@ -452,8 +454,6 @@ class BoundLaunch:
                 if _recorder is not None:
                     _recorder.launched(fn, self._entry, grid, self._flat, device)
                 return
-        if fn is not None:  # a compiled launch: triton fills descriptors before its launch makes a context current
-            cuda_context.make_current(_current_device())
         self.launcher(grid, *self.args)
         if self.immutable and fn is not None:
             self._keep(_current_device())

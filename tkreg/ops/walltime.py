@@ -52,7 +52,7 @@ from ..core.specs import Op
 PEER = "peer"  # the name measured rows give the op's peer
 KIND = "ops_ranking"  # the records kind of a ranking data file
 ENV_VAR = "TKREG_RANKING_DATA"  # a ranking data file to use instead of the ones plugins ship
-CALLS_AS_TKREG = "as tkreg.ops calls them"  # meta["calls"] of data measured so (tkreg.bench.ranking.CALLS)
+CALLS_AS_TKREG = "as tkreg.ops calls them"  # meta["calls"] of data measured so (tkreg.bench.ranking)
 # Wall times within 3% count as equal: a tie-break then costs at most 3% of wall time, inside the
 # 5% a pick may trail the fastest kernel by, with 2% left for run-to-run noise.
 TIE = 0.03
@@ -239,22 +239,21 @@ def order(estimates: Mapping[str, Estimate], peer: str | None = None, queued: bo
     rank by the cost per queued call alone (data measured as tkreg.ops calls)."""
     if not estimates:
         return []
+
+    def by_cost(n: str) -> tuple[Any, ...]:  # the cost per queued call, kernels before the peer
+        return estimates[n].steady_us, n == peer, estimates[n].wall_us, n
+
+    def estimated(e: Estimate) -> str:
+        return f"estimated {e.steady_us:.1f} us per queued call: {e.describe()}" if queued else f"estimated {e.describe()}"
+
     if queued:
-        ranked = sorted(estimates, key=lambda n: (estimates[n].steady_us, n == peer, estimates[n].wall_us, n))
-        first = estimates[ranked[0]]
-        why = [(ranked[0], f"estimated {first.steady_us:.1f} us per queued call: {first.describe()}")]
-        for above, name in itertools.pairwise(ranked):
-            e = estimates[name]
-            why.append((name, f"ranked below {above}: estimated {e.steady_us:.1f} us per queued call: {e.describe()}"))
-        return why
-    best = min(e.wall_us for e in estimates.values())
-    tied = [n for n, e in estimates.items() if e.wall_us <= best * (1 + TIE)]
-    rest = [n for n in estimates if n not in tied]
-    tied.sort(key=lambda n: (estimates[n].steady_us, n == peer, estimates[n].wall_us, n))
-    rest.sort(key=lambda n: (estimates[n].wall_us, n == peer, n))
-    ranked = tied + rest
-    first = estimates[ranked[0]]
-    why = [(ranked[0], f"estimated {first.describe()}")]
+        tied: list[str] = []
+        ranked = sorted(estimates, key=by_cost)
+    else:
+        best = min(e.wall_us for e in estimates.values())
+        tied = sorted((n for n, e in estimates.items() if e.wall_us <= best * (1 + TIE)), key=by_cost)
+        ranked = tied + sorted((n for n in estimates if n not in tied), key=lambda n: (estimates[n].wall_us, n == peer, n))
+    why = [(ranked[0], estimated(estimates[ranked[0]]))]
     for above, name in itertools.pairwise(ranked):
         e, a = estimates[name], estimates[above]
         if name in tied:
@@ -262,7 +261,7 @@ def order(estimates: Mapping[str, Estimate], peer: str | None = None, queued: bo
                               f"but costs {e.steady_us:.1f} us per queued call against {a.steady_us:.1f} "
                               f"(estimated {e.describe()})"))
         else:
-            why.append((name, f"ranked below {above}: estimated {e.describe()}"))
+            why.append((name, f"ranked below {above}: {estimated(e)}"))
     return why
 
 

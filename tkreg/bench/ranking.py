@@ -28,16 +28,15 @@ from typing import Any
 
 from ..core.loading import default_registry
 from ..core.registry import Registry
+from ..ops.walltime import CALLS_AS_TKREG as CALLS  # host times are what tkreg.ops pays
+from ..ops.walltime import KIND, PEER
 from .calls import Signature, kernel_call, make_inputs, peer_call, say
 from .suites import Deadline, Measured
 
-KIND = "ops_ranking"  # tkreg.ops.walltime.KIND
 DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS = 5, 25
 DEVICE_REPS = 10
 HOST_CALLS = 20
 HOLD_CYCLES = int(2e6)  # about a millisecond of GPU spin: the timed calls below only queue work
-PEER = "peer"  # tkreg.ops.walltime.PEER
-CALLS = "as tkreg.ops calls them"  # tkreg.ops.walltime.CALLS_AS_TKREG: host times are what tkreg.ops pays
 
 
 def signatures(registry: Registry) -> list[Signature]:

@@ -8,19 +8,20 @@ checkout whose plugins are installed editable, then commit the files.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-KIND = "ops_ranking"  # tkreg.ops.walltime.KIND
+from ..ops.walltime import KIND, op_folder
+from ..report.records import device_slug
+
 DROPPED_META = ("not_timed",)  # what the run found, not what the data is
 
 
 def file_name(device: str) -> str:
     """"NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3.json" (the vendor kept, unlike data files)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    slug = device_slug(device)
     if not slug:
         raise ValueError("the data names no device (meta['device'])")
     return f"{slug}.json"
@@ -61,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m tkreg.bench.shipping RANKING_FILE", file=sys.stderr)
         return 2
     from ..core.loading import default_registry
-    from ..ops.walltime import op_folder
 
     try:
         document = json.loads(Path(args[0]).read_text())

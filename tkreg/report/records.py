@@ -41,10 +41,14 @@ VENDOR_PREFIX = "nvidia-"  # every GPU here is NVIDIA's: the prefix only lengthe
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 
+def device_slug(device: str) -> str:
+    """A device name in lower case and dashes: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+
+
 def gpu_slug(device: str) -> str:
-    """A device name as file names use it: "NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3"."""
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    return slug.removeprefix(VENDOR_PREFIX) or "unknown-gpu"
+    """A device name as data file names use it: "NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3"."""
+    return device_slug(device).removeprefix(VENDOR_PREFIX) or "unknown-gpu"
 
 
 def data_name(date: str, device: str, suite: str, gz: bool = False) -> str:

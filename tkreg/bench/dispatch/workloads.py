@@ -135,8 +135,9 @@ def training_step(mm: Callable[..., Any], op: str, tokens: int, autocast: bool =
     """The step's time at ``tokens`` (the rows of x); what the forward's two products run, and
     what tkreg.ops would run for the backward formula's four (the input's gradient d_out @ W and
     the weight's x.t() @ d_out), which it calls where a kernel ran the forward (where the peer
-    did, torch's autograd runs torch's backward). With ``autocast``, as mixed-precision training runs it: float32 weights
-    and input, the forward under torch.autocast(bfloat16), which casts them for each product."""
+    did, torch's autograd runs torch's backward). With ``autocast``, as mixed-precision training
+    runs it: float32 weights and input, the forward under torch.autocast(bfloat16), which casts
+    them for each product."""
     import contextlib
 
     import torch

@@ -120,13 +120,9 @@ def test_a_kernel_using_triton_language_helpers_passes_every_interpreted_item(
         result.assert_outcomes(passed=4)
 
 
-def test_runner_logs_are_deleted_after_a_passing_run_and_kept_after_a_failure(
-    faults: tuple[pytest.Pytester, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_runner_logs_are_deleted_after_a_passing_run_and_kept_after_a_failure(faults: tuple[pytest.Pytester, str]) -> None:
     pytester, _ = faults
-    temp = pytester.path / "tmp"
-    temp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(temp))  # where tempfile (and so the pool) makes its directory
+    temp = pytester.path / "tmp"  # TMPDIR of inner runs (the root conftest), where the pool makes its directory
     common = ("--tkreg", "-m", "tkreg_correctness", "-k", "1x8")
     pytester.runpytest_subprocess(*common, "--tkreg-kernel=add_triton").assert_outcomes(passed=6)
     assert sorted(p.name for p in temp.glob("tkreg-runners-*")) == []

@@ -158,6 +158,9 @@ def tkreg_register_kernels(register: Any) -> None:
                 {},
                 {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 1},
                 {"BLOCK_M": 1, "BLOCK_N": 1024, "SPLIT": 8, "NUM_STAGES": 3},
+                # rows off 16-byte boundaries: still read 16 bytes at a time (narrow rows; a split long row)
+                {"REALIGNED": 1, "BLOCK_M": 32, "BLOCK_N": 256},
+                {"REALIGNED": 1, "BLOCK_M": 1, "BLOCK_N": 4096, "SPLIT": 2, "NUM_STAGES": 3},
             ),
             description="2-D tiles of several rows, long rows split across programs with a deterministic second pass",
         )

@@ -48,6 +48,7 @@ MIN_SPLIT_BYTES = 64 * 1024
 MAX_SPLIT = 1024  # the second pass reduces all partials of a row in one block
 PIPELINE_STAGES = 3  # column blocks in flight per program when a row takes several steps
 VECTOR_BYTES = 16  # one ld.global.v4 per thread
+MIN_REALIGNED_VECTORS = 2  # rows narrower than this many vectors are read element by element
 VECTORS_PER_THREAD = 4  # loads in flight per thread per step
 THREADS_PER_WARP = 32
 MAX_WARPS = 16
@@ -95,6 +96,66 @@ def partial_sums_kernel(
         ptrs = row_ptr + tail[None, :].to(tl.int64) * stride_n
         acc += tl.load(ptrs, mask=row_ok[:, None] & (tail < col_end)[None, :], other=0.0).to(tl.float32)
     total = tl.sum(acc, axis=1)
+    if SPLIT == 1:
+        tl.store(P + rows, total.to(P.dtype.element_ty), mask=row_ok)
+    else:
+        tl.store(P + rows * SPLIT + tl.program_id(1), total, mask=row_ok)
+
+
+@triton.jit
+def realigned_partial_sums_kernel(
+    X,
+    P,
+    M,
+    N,
+    stride_m,
+    stride_n,  # 1: taken so both kernels are called alike
+    cols_per_split,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    VEC: tl.constexpr,
+):
+    """partial_sums_kernel for contiguous rows that do not start on 16-byte boundaries (a row
+    stride that is no multiple of VEC, the elements in 16 bytes; X itself 16-byte aligned), where
+    every load would otherwise be one element wide. Each row is read from its first boundary on in
+    whole vectors; the row's first split also reads the few elements before that boundary (the
+    head, under VEC) and after its last whole vector (the tail, under VEC). Column ranges count
+    from each row's boundary, so a split's range starts on one too (cols_per_split is a multiple
+    of BLOCK_N, itself a multiple of VEC)."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    starts = rows.to(tl.int64) * stride_m
+    heads = ((VEC - starts % VEC) % VEC).to(tl.int32)
+    # The hints let triton prove 16-byte alignment: X is aligned, every row's body starts on a
+    # boundary and has a whole number of vectors, and split ranges start on boundaries.
+    body_starts = tl.multiple_of(starts + heads, VEC)
+    body_lengths = (N - heads) // VEC * VEC
+    lo = tl.multiple_of(tl.program_id(1) * cols_per_split, VEC)
+    hi = lo + cols_per_split
+    shortest = (N - (VEC - 1)) // VEC * VEC  # the body of a row with the longest head
+    longest = N // VEC * VEC
+    full_end = lo + tl.maximum(tl.minimum(hi, shortest) - lo, 0) // BLOCK_N * BLOCK_N
+    cols = tl.arange(0, BLOCK_N)
+    bodies = X + body_starts[:, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Blocks inside every row's body: only the row mask, constant along a row.
+    for start in tl.range(lo, full_end, BLOCK_N, num_stages=NUM_STAGES):
+        acc += tl.load(bodies + (start + cols)[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    # The rest of the range up to each row's own body end (at most two blocks), masked in whole vectors.
+    ends = tl.multiple_of(tl.minimum(body_lengths, hi), VEC)
+    for start in tl.range(full_end, tl.minimum(hi, longest), BLOCK_N):
+        offsets = start + cols
+        mask = row_ok[:, None] & (offsets[None, :] < ends[:, None])
+        acc += tl.load(bodies + offsets[None, :], mask=mask, other=0.0).to(tl.float32)
+    total = tl.sum(acc, axis=1)
+    if tl.program_id(1) == 0:
+        edge = tl.arange(0, VEC)[None, :]
+        head = tl.load(X + starts[:, None] + edge, mask=row_ok[:, None] & (edge < heads[:, None]), other=0.0)
+        tail_lengths = N - heads - body_lengths
+        tail = tl.load(bodies + body_lengths[:, None] + edge, mask=row_ok[:, None] & (edge < tail_lengths[:, None]), other=0.0)
+        total += tl.sum(head.to(tl.float32) + tail.to(tl.float32), axis=1)
     if SPLIT == 1:
         tl.store(P + rows, total.to(P.dtype.element_ty), mask=row_ok)
     else:
@@ -170,19 +231,30 @@ _PLANS: dict[tuple[Any, ...], TiledPlan] = {}
 _LAUNCHERS: dict[tuple[Any, ...], Launcher] = {}
 
 
+_KERNELS = {"partial": partial_sums_kernel, "realigned": realigned_partial_sums_kernel, "combine": combine_kernel}
+
+
 def _launcher(kernel_name: str, num_warps: int, **constexprs: int) -> Launcher:
     key = (kernel_name, num_warps, *constexprs.values())
     launch = _LAUNCHERS.get(key)
     if launch is None:
-        kernel = partial_sums_kernel if kernel_name == "partial" else combine_kernel
-        launch = _LAUNCHERS[key] = Launcher(kernel, **constexprs, num_warps=num_warps)
+        launch = _LAUNCHERS[key] = Launcher(_KERNELS[kernel_name], **constexprs, num_warps=num_warps)
     return launch
 
 
-def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, ...]) -> TiledPlan:
+def realigns(n: int, itemsize: int, block_n: int, rows_misaligned: bool) -> bool:
+    """Whether rows are read from their first 16-byte boundary (realigned_partial_sums_kernel):
+    where contiguous rows of an aligned tensor start off boundaries, and rows are wide enough for
+    whole vectors to carry most of the row, in blocks of whole vectors."""
+    vec = VECTOR_BYTES // itemsize
+    return rows_misaligned and n >= MIN_REALIGNED_VECTORS * vec and block_n % vec == 0
+
+
+def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, ...], rows_misaligned: bool = False) -> TiledPlan:
     """The plan for an (m, n) input; ``given``: BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES
-    (None: choose). Cached; ValueError for parameters the kernel cannot take."""
-    key = (m, n, itemsize, num_sms, *given)
+    (None: choose); ``rows_misaligned``: contiguous rows of a 16-byte aligned tensor whose starts
+    are not all on 16-byte boundaries. Cached; ValueError for parameters the kernel cannot take."""
+    key = (m, n, itemsize, num_sms, rows_misaligned, *given)
     found = _PLANS.get(key)
     if found is not None:
         return found
@@ -207,9 +279,11 @@ def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, .
     # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail.
     cols_per_split = cdiv(cdiv(n, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
     split = cdiv(n, cols_per_split)
-    partial = _launcher(
-        "partial", config.num_warps, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, SPLIT=split, NUM_STAGES=config.NUM_STAGES
-    )
+    shape = {"BLOCK_M": config.BLOCK_M, "BLOCK_N": config.BLOCK_N, "SPLIT": split, "NUM_STAGES": config.NUM_STAGES}
+    if realigns(n, itemsize, config.BLOCK_N, rows_misaligned):
+        partial = _launcher("realigned", config.num_warps, **shape, VEC=VECTOR_BYTES // itemsize)
+    else:
+        partial = _launcher("partial", config.num_warps, **shape)
     combine = None
     if split > 1:
         combine = _launcher("combine", 4, SPLIT=split, BLOCK_M=COMBINE_ROWS, BLOCK_S=next_power_of_2(split))
@@ -230,21 +304,27 @@ def sum_row_tiled(
 ) -> torch.Tensor:
     out = validate(x, out)
     m, n = x.shape
-    p = plan(m, n, x.element_size(), _num_sms(x), (BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES))
+    stride_m, stride_n = x.stride()
+    itemsize = x.element_size()
+    misaligned = m > 1 and stride_n == 1 and stride_m * itemsize % VECTOR_BYTES != 0 and x.data_ptr() % VECTOR_BYTES == 0
+    p = plan(m, n, itemsize, _num_sms(x), (BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES), misaligned)
     target = out if p.split == 1 else torch.empty(m * p.split, dtype=torch.float32, device=x.device)
-    p.partial(p.grid, x, target, m, n, *x.stride(), p.cols_per_split)
+    p.partial(p.grid, x, target, m, n, stride_m, stride_n, p.cols_per_split)
     if p.combine is not None:
         p.combine(p.combine_grid, target, out, m)
     return out
 
 
 def aot_sum_row_tiled(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
-    """The contiguous, 16-byte aligned single-pass case, at the config given (or 65536 x 1024's)."""
+    """The contiguous, 16-byte aligned case, at the config given (or 65536 x 1024's). With
+    ``{"REALIGNED": 1}``: rows whose starts are off 16-byte boundaries (a row stride and a width
+    that are multiples of nothing), which realigned_partial_sums_kernel reads."""
     itemsize = 4 if dtype == "float32" else 2
     chosen = choose_config(65536, 1024, itemsize, DEFAULT_SMS)
     block_m = int(config.get("BLOCK_M", chosen.BLOCK_M))
     block_n = int(config.get("BLOCK_N", chosen.BLOCK_N))
     split = int(config.get("SPLIT", 1))
+    realigned = bool(config.get("REALIGNED", 0))
     ptr = f"*{TRITON_TYPE[dtype]}"
     signature = {
         "X": ptr,
@@ -262,10 +342,13 @@ def aot_sum_row_tiled(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec
     stages = int(config.get("NUM_STAGES", 1))
     constexprs = {"stride_n": 1, "BLOCK_M": block_m, "BLOCK_N": block_n, "SPLIT": split, "NUM_STAGES": stages}
     num_warps = int(config.get("num_warps", warps_for(block_m, block_n, itemsize)))
+    if realigned:
+        signature["VEC"] = "constexpr"
+        constexprs["VEC"] = VECTOR_BYTES // itemsize
     return AotSpec(
-        partial_sums_kernel,
+        realigned_partial_sums_kernel if realigned else partial_sums_kernel,
         signature,
         constexprs,
         {"num_warps": num_warps},
-        aligned=("X", "P", "M", "N", "stride_m", "cols_per_split"),
+        aligned=("X", "P", "M", "cols_per_split") if realigned else ("X", "P", "M", "N", "stride_m", "cols_per_split"),
     )

@@ -119,43 +119,44 @@ def realigned_partial_sums_kernel(
 ):
     """partial_sums_kernel for contiguous rows that do not start on 16-byte boundaries (a row
     stride that is no multiple of VEC, the elements in 16 bytes; X itself 16-byte aligned), where
-    every load would otherwise be one element wide. Each row is read from its first boundary on in
-    whole vectors; the row's first split also reads the few elements before that boundary (the
-    head, under VEC) and after its last whole vector (the tail, under VEC). Column ranges count
-    from each row's boundary, so a split's range starts on one too (cols_per_split is a multiple
-    of BLOCK_N, itself a multiple of VEC)."""
+    every load would otherwise be one element wide.
+
+    Each row is read in the whole 16-byte vectors that hold it: from the boundary at or before its
+    first element (``lead`` elements before it) to the one after its last. Those vectors never
+    reach past the 16-byte granules the row's own elements lie in, so every load stays inside
+    memory the tensor's pages hold (a granule never straddles a page); the elements of the
+    neighbouring rows or beyond the tensor that they bring are zeroed before they are added, in
+    the range's first block and its last ones only. Column ranges count from the row's boundary
+    (cols_per_split is a multiple of BLOCK_N, itself a multiple of VEC)."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M
     starts = rows.to(tl.int64) * stride_m
-    heads = ((VEC - starts % VEC) % VEC).to(tl.int32)
-    # The hints let triton prove 16-byte alignment: X is aligned, every row's body starts on a
-    # boundary and has a whole number of vectors, and split ranges start on boundaries.
-    body_starts = tl.multiple_of(starts + heads, VEC)
-    body_lengths = (N - heads) // VEC * VEC
+    leads = (starts % VEC).to(tl.int32)
+    # The hints let triton prove 16-byte alignment: X is aligned, every row's vectors start on a
+    # boundary and are whole, and split ranges start on boundaries.
+    bases = X + tl.multiple_of(starts - leads, VEC)[:, None]
+    ends = leads + N  # one past each row's last element, counted from its boundary
+    spans = tl.multiple_of((ends + VEC - 1) // VEC * VEC, VEC)  # the vectors that hold the row
     lo = tl.multiple_of(tl.program_id(1) * cols_per_split, VEC)
     hi = lo + cols_per_split
-    shortest = (N - (VEC - 1)) // VEC * VEC  # the body of a row with the longest head
-    longest = N // VEC * VEC
-    full_end = lo + tl.maximum(tl.minimum(hi, shortest) - lo, 0) // BLOCK_N * BLOCK_N
     cols = tl.arange(0, BLOCK_N)
-    bodies = X + body_starts[:, None]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # Blocks inside every row's body: only the row mask, constant along a row.
-    for start in tl.range(lo, full_end, BLOCK_N, num_stages=NUM_STAGES):
-        acc += tl.load(bodies + (start + cols)[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
-    # The rest of the range up to each row's own body end (at most two blocks), masked in whole vectors.
-    ends = tl.multiple_of(tl.minimum(body_lengths, hi), VEC)
-    for start in tl.range(full_end, tl.minimum(hi, longest), BLOCK_N):
+    # The range's first block, which holds the row's lead in the first split.
+    offsets = lo + cols
+    block = tl.load(bases + offsets[None, :], mask=row_ok[:, None] & (offsets[None, :] < spans[:, None]), other=0.0)
+    inside = (offsets[None, :] >= leads[:, None]) & (offsets[None, :] < ends[:, None])
+    acc = tl.where(inside, block.to(tl.float32), 0.0)
+    # Blocks inside every row (past the lead, before N): only the row mask, constant along a row.
+    middle = lo + BLOCK_N
+    full_end = middle + tl.maximum(tl.minimum(hi, N) - middle, 0) // BLOCK_N * BLOCK_N
+    for start in tl.range(middle, full_end, BLOCK_N, num_stages=NUM_STAGES):
+        acc += tl.load(bases + (start + cols)[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    # The rest of the range (at most two blocks): whole vectors up to each row's span, then the
+    # elements past the row's end zeroed.
+    for start in tl.range(full_end, tl.minimum(hi, N + VEC - 1), BLOCK_N):
         offsets = start + cols
-        mask = row_ok[:, None] & (offsets[None, :] < ends[:, None])
-        acc += tl.load(bodies + offsets[None, :], mask=mask, other=0.0).to(tl.float32)
+        block = tl.load(bases + offsets[None, :], mask=row_ok[:, None] & (offsets[None, :] < spans[:, None]), other=0.0)
+        acc += tl.where(offsets[None, :] < ends[:, None], block.to(tl.float32), 0.0)
     total = tl.sum(acc, axis=1)
-    if tl.program_id(1) == 0:
-        edge = tl.arange(0, VEC)[None, :]
-        head = tl.load(X + starts[:, None] + edge, mask=row_ok[:, None] & (edge < heads[:, None]), other=0.0)
-        tail_lengths = N - heads - body_lengths
-        tail = tl.load(bodies + body_lengths[:, None] + edge, mask=row_ok[:, None] & (edge < tail_lengths[:, None]), other=0.0)
-        total += tl.sum(head.to(tl.float32) + tail.to(tl.float32), axis=1)
     if SPLIT == 1:
         tl.store(P + rows, total.to(P.dtype.element_ty), mask=row_ok)
     else:
@@ -276,12 +277,16 @@ def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, .
             raise ValueError(f"{name} must be a power of two >= 1, got {value}")
     if not 1 <= config.SPLIT <= MAX_SPLIT:
         raise ValueError(f"SPLIT must be in 1..{MAX_SPLIT}, got {config.SPLIT}")
-    # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail.
-    cols_per_split = cdiv(cdiv(n, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
-    split = cdiv(n, cols_per_split)
+    # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail. A
+    # realigned row counts from the boundary before it: up to a vector less one element longer.
+    vec = VECTOR_BYTES // itemsize
+    realigned = realigns(n, itemsize, config.BLOCK_N, rows_misaligned)
+    span = n + vec - 1 if realigned else n
+    cols_per_split = cdiv(cdiv(span, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
+    split = cdiv(span, cols_per_split)
     shape = {"BLOCK_M": config.BLOCK_M, "BLOCK_N": config.BLOCK_N, "SPLIT": split, "NUM_STAGES": config.NUM_STAGES}
-    if realigns(n, itemsize, config.BLOCK_N, rows_misaligned):
-        partial = _launcher("realigned", config.num_warps, **shape, VEC=VECTOR_BYTES // itemsize)
+    if realigned:
+        partial = _launcher("realigned", config.num_warps, **shape, VEC=vec)
     else:
         partial = _launcher("partial", config.num_warps, **shape)
     combine = None

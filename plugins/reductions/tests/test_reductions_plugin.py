@@ -101,40 +101,26 @@ def test_few_long_rows_are_split_and_many_rows_are_not() -> None:
     assert tiled.choose_config(1, 4097, 4, 132).SPLIT == 1  # too little work to be worth a second launch
 
 
-def _layout_seen_by_plan(x: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """The rows_misaligned sum_row_tiled gives its plan for x (nothing is launched)."""
-    seen = []
-
-    def capture(*args: object) -> None:
-        seen.append(args[-1])
-        raise RuntimeError("planned")
-
-    monkeypatch.setattr(tiled, "plan", capture)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU tensors pass the launcher's checks
-    with pytest.raises(RuntimeError, match="planned"):
-        tiled.sum_row_tiled(x)
-    return bool(seen[0])
-
-
-def test_rows_off_16_byte_boundaries_are_read_from_their_first_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The JIT specializes a row stride that is a multiple of 16 elements and an aligned pointer;
-    # without both, each row is read one element at a time (2-byte loads for bf16 at 58204 x 182,
-    # 0.4x torch.sum on an H200) unless the kernel finds each row's 16-byte boundary itself.
-    def kernel(m: int, n: int, itemsize: int, misaligned: bool, block_n: int | None = None) -> object:
-        return tiled.plan(m, n, itemsize, 132, (None, block_n, None, None, None), misaligned).partial.fn
+def test_rows_read_element_by_element_are_read_in_whole_vectors() -> None:
+    # The JIT specializes a row stride and a width that are multiples of 16 elements and an
+    # aligned pointer; without them partial_sums_kernel reads rows one element at a time (2-byte
+    # loads for bf16 at 58204 x 182, 0.4x torch.sum on an H200), unless the kernel reads each
+    # row's whole vectors itself.
+    def kernel(m: int, n: int, itemsize: int, ragged: bool, block_n: int | None = None) -> object:
+        return tiled.plan(m, n, itemsize, 132, (None, block_n, None, None, None), ragged).partial.fn
 
     assert kernel(58204, 182, 2, True) is tiled.realigned_partial_sums_kernel
     assert kernel(16, 83884, 2, True) is tiled.realigned_partial_sums_kernel
     assert kernel(7, 101, 4, True) is tiled.realigned_partial_sums_kernel
-    assert kernel(58204, 184, 2, False) is tiled.partial_sums_kernel  # aligned rows: the plain kernel
+    assert kernel(58204, 192, 2, False) is tiled.partial_sums_kernel  # aligned rows: the plain kernel
     assert kernel(1000, 9, 2, True) is tiled.partial_sums_kernel  # narrower than two vectors
     assert kernel(1000, 100, 2, True, block_n=4) is tiled.partial_sums_kernel  # blocks of part of a vector
     base = torch.zeros(4096)
-    assert _layout_seen_by_plan(base[: 7 * 33].view(7, 33), monkeypatch)  # 132-byte rows
-    assert not _layout_seen_by_plan(base[: 7 * 32].view(7, 32), monkeypatch)  # 128-byte rows
-    assert not _layout_seen_by_plan(base[1 : 1 + 7 * 33].view(7, 33), monkeypatch)  # the tensor itself off a boundary
-    assert not _layout_seen_by_plan(base[: 33 * 7].view(33, 7).t(), monkeypatch)  # rows not contiguous
-    assert not _layout_seen_by_plan(base[:33].view(1, 33), monkeypatch)  # one row starts where the tensor does
+    assert tiled.ragged_rows(base[: 7 * 33].view(7, 33))  # 132-byte rows
+    assert tiled.ragged_rows(base[: 7 * 36].view(7, 36))  # rows on boundaries, a width no multiple of 16
+    assert not tiled.ragged_rows(base[: 7 * 32].view(7, 32))
+    assert not tiled.ragged_rows(base[1 : 1 + 7 * 33].view(7, 33))  # the tensor itself off a boundary
+    assert not tiled.ragged_rows(base[: 33 * 7].view(33, 7).t())  # rows not contiguous
 
 
 def test_split_sums_are_deterministic(registry: tkreg.Registry, monkeypatch: pytest.MonkeyPatch) -> None:

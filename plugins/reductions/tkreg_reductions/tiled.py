@@ -49,6 +49,7 @@ MAX_SPLIT = 1024  # the second pass reduces all partials of a row in one block
 PIPELINE_STAGES = 3  # column blocks in flight per program when a row takes several steps
 VECTOR_BYTES = 16  # one ld.global.v4 per thread
 MIN_REALIGNED_VECTORS = 2  # rows narrower than this many vectors are read element by element
+JIT_DIVISIBILITY = 16  # triton specializes integer arguments that are multiples of this
 VECTORS_PER_THREAD = 4  # loads in flight per thread per step
 THREADS_PER_WARP = 32
 MAX_WARPS = 16
@@ -117,9 +118,10 @@ def realigned_partial_sums_kernel(
     NUM_STAGES: tl.constexpr,
     VEC: tl.constexpr,
 ):
-    """partial_sums_kernel for contiguous rows that do not start on 16-byte boundaries (a row
-    stride that is no multiple of VEC, the elements in 16 bytes; X itself 16-byte aligned), where
-    every load would otherwise be one element wide.
+    """partial_sums_kernel for contiguous rows it would read one element at a time (X itself
+    16-byte aligned): rows that do not start on 16-byte boundaries (a row stride that is no
+    multiple of VEC, the elements in 16 bytes), or of a width the JIT cannot prove a multiple of 16
+    elements, which makes every masked block's loads element-wide.
 
     Each row is read in the whole 16-byte vectors that hold it: from the boundary at or before its
     first element (``lead`` elements before it) to the one after its last. Those vectors never
@@ -243,19 +245,28 @@ def _launcher(kernel_name: str, num_warps: int, **constexprs: int) -> Launcher:
     return launch
 
 
-def realigns(n: int, itemsize: int, block_n: int, rows_misaligned: bool) -> bool:
-    """Whether rows are read from their first 16-byte boundary (realigned_partial_sums_kernel):
-    where contiguous rows of an aligned tensor start off boundaries, and rows are wide enough for
-    whole vectors to carry most of the row, in blocks of whole vectors."""
+def ragged_rows(x: torch.Tensor) -> bool:
+    """Whether partial_sums_kernel would read x's rows one element at a time, where
+    realigned_partial_sums_kernel can read them in 16-byte vectors: contiguous rows of a 16-byte
+    aligned tensor that start off 16-byte boundaries or whose width is no multiple of 16."""
+    stride_m, stride_n = x.stride()
+    if stride_n != 1 or (stride_m * x.element_size() % VECTOR_BYTES == 0 and x.shape[1] % JIT_DIVISIBILITY == 0):
+        return False
+    return x.data_ptr() % VECTOR_BYTES == 0
+
+
+def realigns(n: int, itemsize: int, block_n: int, ragged: bool) -> bool:
+    """Whether ragged rows (:func:`ragged_rows`) are read in whole vectors: where rows are wide
+    enough for whole vectors to carry most of the row, in blocks of whole vectors."""
     vec = VECTOR_BYTES // itemsize
-    return rows_misaligned and n >= MIN_REALIGNED_VECTORS * vec and block_n % vec == 0
+    return ragged and n >= MIN_REALIGNED_VECTORS * vec and block_n % vec == 0
 
 
-def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, ...], rows_misaligned: bool = False) -> TiledPlan:
+def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, ...], ragged: bool = False) -> TiledPlan:
     """The plan for an (m, n) input; ``given``: BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES
-    (None: choose); ``rows_misaligned``: contiguous rows of a 16-byte aligned tensor whose starts
-    are not all on 16-byte boundaries. Cached; ValueError for parameters the kernel cannot take."""
-    key = (m, n, itemsize, num_sms, rows_misaligned, *given)
+    (None: choose); ``ragged``: :func:`ragged_rows` of the input. Cached; ValueError for
+    parameters the kernel cannot take."""
+    key = (m, n, itemsize, num_sms, ragged, *given)
     found = _PLANS.get(key)
     if found is not None:
         return found
@@ -280,7 +291,7 @@ def plan(m: int, n: int, itemsize: int, num_sms: int, given: tuple[int | None, .
     # Column ranges are whole BLOCK_N blocks, so only the row's last range has a ragged tail. A
     # realigned row counts from the boundary before it: up to a vector less one element longer.
     vec = VECTOR_BYTES // itemsize
-    realigned = realigns(n, itemsize, config.BLOCK_N, rows_misaligned)
+    realigned = realigns(n, itemsize, config.BLOCK_N, ragged)
     span = n + vec - 1 if realigned else n
     cols_per_split = cdiv(cdiv(span, config.SPLIT), config.BLOCK_N) * config.BLOCK_N
     split = cdiv(span, cols_per_split)
@@ -309,12 +320,9 @@ def sum_row_tiled(
 ) -> torch.Tensor:
     out = validate(x, out)
     m, n = x.shape
-    stride_m, stride_n = x.stride()
-    itemsize = x.element_size()
-    misaligned = m > 1 and stride_n == 1 and stride_m * itemsize % VECTOR_BYTES != 0 and x.data_ptr() % VECTOR_BYTES == 0
-    p = plan(m, n, itemsize, _num_sms(x), (BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES), misaligned)
+    p = plan(m, n, x.element_size(), _num_sms(x), (BLOCK_M, BLOCK_N, SPLIT, num_warps, NUM_STAGES), ragged_rows(x))
     target = out if p.split == 1 else torch.empty(m * p.split, dtype=torch.float32, device=x.device)
-    p.partial(p.grid, x, target, m, n, stride_m, stride_n, p.cols_per_split)
+    p.partial(p.grid, x, target, m, n, *x.stride(), p.cols_per_split)
     if p.combine is not None:
         p.combine(p.combine_grid, target, out, m)
     return out

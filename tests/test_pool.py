@@ -4,6 +4,7 @@ simulated GPU lists: no processes, no GPU."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -156,12 +157,13 @@ def test_a_variant_s_first_job_compiles_alone_and_the_rest_wait_for_it() -> None
     assert [t.position for t, _ in assign(waiting, pool, ROOM, head=pending[1], settled={"A"})] == [1, 3]
 
 
-def test_the_pool_lets_a_variant_s_jobs_go_once_its_first_job_has_an_outcome() -> None:
+def test_the_pool_lets_a_variant_s_jobs_go_once_its_first_job_has_an_outcome(tmp_path: Path) -> None:
     from tkreg.testing.jobs import Outcome
     from tkreg.testing.pool import PoolSettings, RunnerPool
 
     settings = PoolSettings(kernel_flavors=[Flavor("0", interpret=False)] * 3, compile_flavors=[], plugin_files=[],
-                            lookahead=10, spawn=lambda flavor, settings, log: FakeRunner())  # fmt: skip
+                            lookahead=10, log_dir=str(tmp_path),  # the pool is never closed: no temp dir of its own
+                            spawn=lambda flavor, settings, log: FakeRunner())  # fmt: skip
     rp = RunnerPool(settings)
     tasks = [variant_task(i, "A") for i in range(3)]
     rp.plan(tasks)

@@ -12,6 +12,11 @@ One kernel covers every shape, so lookup needs no shape-specific dispatch betwee
   block is split into SPLIT column ranges; every program writes an fp32 partial sum, and a second
   tiny kernel adds the partials of each row in a fixed order. No atomics: the result is the same
   bit for bit from run to run.
+- Rows the JIT cannot prove 16-byte aligned, where a row stride or the width is no multiple of 16
+  elements (50257-wide vocabulary rows, a sliced view), would be loaded one element at a time (the
+  masks and row starts are then element-aligned only). Such rows of an aligned tensor are read in
+  the whole 16-byte vectors that hold them instead, from the boundary at or before each row's
+  first element, with the neighbours' elements zeroed (``realigned_partial_sums_kernel``).
 
 The launcher picks BLOCK_M, BLOCK_N, SPLIT and num_warps per shape (see ``choose_config``); the
 choices are measured on an H100, see BENCHMARKS.md.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from tkreg_reductions import checks, ranking, tiled
 
 import tkreg
 from tkreg.core.loading import build_registry
+from tkreg.launch.aot import AotSpec, compile_spec, cuobjdump_path
 
 LAUNCHERS = ("sum_row", "sum_row_blocked", "sum_row_blocked_iterative", "sum_row_tiled")
 
@@ -121,6 +123,34 @@ def test_rows_read_element_by_element_are_read_in_whole_vectors() -> None:
     assert not tiled.ragged_rows(base[: 7 * 32].view(7, 32))
     assert not tiled.ragged_rows(base[1 : 1 + 7 * 33].view(7, 33))  # the tensor itself off a boundary
     assert not tiled.ragged_rows(base[: 33 * 7].view(33, 7).t())  # rows not contiguous
+
+
+@pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump (shipped with triton) not found")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize(
+    "config",
+    [{"BLOCK_M": 32, "BLOCK_N": 256}, {"BLOCK_M": 1, "BLOCK_N": 4096, "SPLIT": 2, "NUM_STAGES": 3}],
+    ids=["narrow rows", "split long rows"],
+)
+def test_the_realigned_kernel_loads_only_whole_vectors(dtype: str, config: dict[str, int]) -> None:
+    def global_loads(realigned: int) -> list[str]:
+        ptx = compile_spec(tiled.aot_sum_row_tiled(None, dtype, {**config, "REALIGNED": realigned}), "sm_90a").ptx
+        return re.findall(r"ld\.global[\w.:]*", ptx)
+
+    def element_wide(loads: list[str]) -> list[str]:
+        return [load for load in loads if not re.search(r"\.v[24]\.", load)]
+
+    realigned = global_loads(1)
+    assert element_wide(realigned) == [], realigned
+    # the plain kernel, specialized for the same rows (stride and width unaligned), loads elements
+    plain = compile_spec(_plain_spec_for_unaligned_rows(dtype, config), "sm_90a").ptx
+    assert element_wide(re.findall(r"ld\.global[\w.:]*", plain))
+
+
+def _plain_spec_for_unaligned_rows(dtype: str, config: dict[str, int]) -> AotSpec:
+    spec = tiled.aot_sum_row_tiled(None, dtype, config)
+    spec.aligned = tuple(a for a in spec.aligned if a not in ("N", "stride_m"))
+    return spec
 
 
 def test_split_sums_are_deterministic(registry: tkreg.Registry, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,6 +63,21 @@ results["determinism"] = {
     "equal": bool(torch.equal(first, again)),
     "max_err": float((first.double() - x.double().sum(-1)).abs().max()),
 }
+
+# Rows inside NaN: every element outside the rows (row padding, before and after the tensor) is
+# NaN, so a kernel that adds anything beyond a row's own elements returns NaN. Rows off 16-byte
+# boundaries, read in whole vectors that reach into the neighbours' elements.
+leaks = []
+for dtype in (torch.float32, torch.bfloat16):
+    for m, n, pad, before in ((7, 45, 3, 0), (5, 203, 1, 8), (3, 1003, 5, 0), (9, 70, 0, 16)):
+        for config in ({}, dict(BLOCK_M=2, BLOCK_N=32, SPLIT=5)):
+            base = torch.full((before + m * (n + pad) + 16,), float("nan"), dtype=dtype)
+            x = base[before : before + m * (n + pad)].view(m, n + pad)[:, :n]
+            x.copy_(torch.randn(m, n, generator=torch.Generator().manual_seed(m * n), dtype=dtype))
+            got = tiled(x, **config).double()
+            if not torch.isfinite(got).all() or (got - x.double().sum(-1)).abs().max() > 0.05 * n ** 0.5:
+                leaks.append(f"{dtype} {m}x{n} pad {pad} before {before} {config}: {got.tolist()[:3]}")
+results["neighbours"] = leaks
 print(json.dumps(results))
 """
 
@@ -100,6 +115,11 @@ def test_split_path_is_bit_reproducible(child_results: dict[str, dict]) -> None:
     assert result["equal"], "two runs of the split path gave different bits"
     # fp32 sums of 5003 standard normals: a wrong or missing range would be off by O(1).
     assert result["max_err"] < 1e-3
+
+
+@runs_the_interpreter
+def test_the_tiled_sum_adds_nothing_beyond_each_row(child_results: dict[str, dict]) -> None:
+    assert child_results["neighbours"] == []
 
 
 def test_block_limit_is_tritons() -> None:

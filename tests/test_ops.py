@@ -177,6 +177,7 @@ def test_inputs_no_kernel_takes_go_to_the_peer_once_warned_and_explain_says_the_
         ("add", lambda d: (torch.ones(3, 4, device=d), torch.ones(4, 3, device=d)), r"one shape, got \(3, 4\) and \(4, 3\)"),
         ("add", lambda d: (torch.ones(3, device=d), torch.ones(3, device=d).half()), "a and b must have one dtype"),
         ("add", lambda d: ([1.0], torch.ones(1, device=d)), "a must be a torch.Tensor, got list"),
+        ("add", lambda d: (torch.ones(1, device=d), None), "b must be a torch.Tensor, got None: add has no optional inputs"),
         ("add", lambda d: (torch.ones(3, device=d),), "add takes 2 tensor"),
         ("sum_row", lambda d: (torch.tensor(1.0, device=d),), "x must have at least one dimension"),
         ("matmul", lambda d: (torch.ones(3, 5, device=d).half(), torch.ones(4, 2, device=d).half()), "inner dimensions differ"),

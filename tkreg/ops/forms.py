@@ -203,8 +203,13 @@ class Form:
         if names is not None and len(inputs) != len(names):
             return [f"{self.op.name} takes {len(names)} tensor(s) ({', '.join(names)}), got {len(inputs)}"]
         names = self.names_for(len(inputs))
-        reasons = [f"{n} must be a torch.Tensor, got {type(x).__name__}" for n, x in zip(names, inputs) if not is_tensor(x)]
+        reasons = [self._not_a_tensor(n, x) for n, x in zip(names, inputs) if not is_tensor(x)]
         return reasons or self.tensor_reasons(inputs, names)
+
+    def _not_a_tensor(self, name: str, value: Any) -> str:
+        if value is None:  # e.g. a LayerNorm's bias=None, which torch's functions take
+            return f"{name} must be a torch.Tensor, got None: {self.op.name} has no optional inputs"
+        return f"{name} must be a torch.Tensor, got {type(value).__name__}"
 
     def tensor_reasons(self, inputs: Sequence[Any], names: Sequence[str]) -> list[str]:
         """The contract beyond "these are tensors" (shapes, dtypes, devices agreeing)."""

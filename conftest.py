@@ -9,7 +9,6 @@ otherwise."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
 from importlib import metadata
 
 import pytest
@@ -19,7 +18,7 @@ pytest_plugins = [] if _installed else ["tkreg.testing.pytest_plugin"]
 
 
 @pytest.fixture(autouse=True)
-def _inner_runs_keep_temp_files_under_pytester(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _inner_runs_keep_temp_files_under_pytester(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """A test that runs pytest through pytester gets a temp directory inside pytester's own, which
     pytest removes with its other old temp directories."""
     if "pytester" in request.fixturenames:
@@ -27,4 +26,3 @@ def _inner_runs_keep_temp_files_under_pytester(request: pytest.FixtureRequest, m
         temp.mkdir(exist_ok=True)
         monkeypatch.setenv("TMPDIR", str(temp))  # inner runs in subprocesses
         monkeypatch.setattr(tempfile, "tempdir", str(temp))  # inner runs in this process
-    yield

@@ -22,7 +22,7 @@ from tkreg.core.loading import build_registry
 from tkreg.testing.markers import runs_the_interpreter
 
 # (M, N, variant): single column, prime sizes around block sizes, a sliced and a transposed view.
-# Rows off 16-byte boundaries with a head, whole vectors and a tail, split at EXTRA_CONFIGS's SPLIT.
+# 9 x 1119: rows off 16-byte boundaries, their leads reaching past the last split range at EXTRA_CONFIGS's SPLIT.
 SHAPES = ((3, 70, ""), (67, 1, ""), (5, 130, "colslice"), (67, 9, "transposed"), (2, 2049, "transposed"), (9, 1119, ""))
 DTYPES = ("float32", "bfloat16")
 # Configs beyond each kernel's own choice, so every code path (split, ragged tails) runs.

@@ -18,8 +18,12 @@ One kernel covers every shape, so lookup needs no shape-specific dispatch betwee
   the whole 16-byte vectors that hold them instead, from the boundary at or before each row's
   first element, with the neighbours' elements zeroed (``realigned_partial_sums_kernel``).
 
+- A row that one power-of-two block would pad by over a quarter (1100 wide in a 2048-wide block)
+  is walked in narrower, pipelined steps instead, where the grid is large enough that every SM
+  still gets a share of each step.
+
 The launcher picks BLOCK_M, BLOCK_N, SPLIT and num_warps per shape (see ``choose_config``); the
-choices are measured on an H100, see BENCHMARKS.md.
+choices were measured on an H100 and the padding limit on an H200, see notes/tuning.md.
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ PROGRAMS_PER_SM = 4
 MIN_SPLIT_BYTES = 64 * 1024
 MAX_SPLIT = 1024  # the second pass reduces all partials of a row in one block
 PIPELINE_STAGES = 3  # column blocks in flight per program when a row takes several steps
+# A row padded by more than this fraction of its width is walked in narrower blocks, of tiles of
+# STEP_TILE_BYTES, where the grid covers MIN_STEP_ELEMENTS_PER_SM per SM a step (H200,
+# 2026-11-30: 61008 x 1100 bf16 76 -> 50 us, 16384 x 5000 bf16 80 -> 56 us; see notes/tuning.md).
+MAX_PADDING = 0.25
+MIN_PADDED_BLOCK_N = 256
+STEP_TILE_BYTES = 8192
+MIN_STEP_ELEMENTS_PER_SM = 8192
 VECTOR_BYTES = 16  # one ld.global.v4 per thread
 MIN_REALIGNED_VECTORS = 2  # rows narrower than this many vectors are read element by element
 JIT_DIVISIBILITY = 16  # triton specializes integer arguments that are multiples of this
@@ -198,9 +209,16 @@ def _sm_count(index: int | None) -> int:
 
 def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
     """Tile and split for an (m, n) input; measured choices, see the module docstring."""
-    block_n = min(next_power_of_2(n), MAX_ROW_BYTES // itemsize)
+    widest = min(next_power_of_2(n), MAX_ROW_BYTES // itemsize)
+    block_n, block_m = widest, _rows_per_program(m, n, widest, itemsize, TILE_BYTES)
+    narrower = _padding_limited(n, widest)
+    if narrower != widest:
+        rows = _rows_per_program(m, n, narrower, itemsize, STEP_TILE_BYTES)
+        # Only where the grid still gives every SM enough of each step: with few programs a
+        # row's steps, taken one after another, cost more than the padding they save.
+        if cdiv(m, rows) * rows * narrower >= MIN_STEP_ELEMENTS_PER_SM * num_sms:
+            block_n, block_m = narrower, rows
     multi_step = n > block_n
-    block_m = 1 if multi_step else max(1, min(next_power_of_2(m), TILE_BYTES // itemsize // block_n))
     row_blocks = cdiv(m, block_m)
     col_blocks = cdiv(n, block_n)
     split = 1
@@ -210,6 +228,26 @@ def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
         split = min(want, col_blocks, MAX_SPLIT, bytes_per_row_block // MIN_SPLIT_BYTES)
     stages = PIPELINE_STAGES if multi_step else 1
     return TiledConfig(block_m, block_n, max(1, split), warps_for(block_m, block_n, itemsize), stages)
+
+
+def _padding_limited(n: int, block_n: int) -> int:
+    """The widest column block, at most ``block_n``, whose steps pad a row by at most
+    MAX_PADDING of its width (a 1100-wide row: 256, not one 2048-wide block)."""
+    while block_n > MIN_PADDED_BLOCK_N and cdiv(n, block_n) * block_n > n * (1 + MAX_PADDING):
+        block_n //= 2
+    return block_n
+
+
+def _rows_per_program(m: int, n: int, block_n: int, itemsize: int, multi_step_tile_bytes: int) -> int:
+    """Rows per program: a tile of TILE_BYTES when a row is one step; when it takes several, one
+    row of the widest blocks, else a tile of ``multi_step_tile_bytes``."""
+    if n <= block_n:
+        tile_bytes = TILE_BYTES
+    elif block_n * itemsize == MAX_ROW_BYTES:
+        return 1
+    else:
+        tile_bytes = multi_step_tile_bytes
+    return max(1, min(next_power_of_2(m), tile_bytes // itemsize // block_n))
 
 
 def warps_for(block_m: int, block_n: int, itemsize: int) -> int:

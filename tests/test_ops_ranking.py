@@ -153,6 +153,21 @@ def test_the_ranking_suite_marks_its_data_as_the_ranker_reads_it() -> None:
     assert ranking.CALLS == walltime.CALLS_AS_TKREG
 
 
+def test_the_ranking_suite_leaves_out_kernels_that_overwrite_an_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.ops_support import RMS_FORWARD, RmsPlugin, registry_with, rms_kernel, rms_torch
+    from tkreg.bench import ranking
+    from tkreg.bench.calls import Signature
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the toy kernels (torch code) run on CPU tensors
+
+    writer = rms_kernel("rms_writer", rms_torch, priority=10, writes=(tkreg.Writes("x", reason="scratch"),))
+    registry = registry_with(RmsPlugin(writer, RMS_FORWARD))
+    inputs = (torch.randn(5, 7), torch.randn(7))
+    assert {k.name for k in registry.lookup("toy_rms_norm", inputs=inputs)} == {"rms_writer", "rms_torch"}
+    sig = Signature.of("toy_rms_norm", {"M": 5, "N": 7}, "float32", "")
+    assert set(ranking.candidates(registry, sig, inputs)) == {"rms_torch", ranking.PEER}
+
+
 def test_lookup_ranks_measured_kernels_by_wall_time_and_says_why(registry: tkreg.Registry) -> None:
     big = _square(4096)
     verdicts = registry.explain("add", GPU, inputs=big)

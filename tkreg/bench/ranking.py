@@ -52,10 +52,14 @@ def signatures(registry: Registry) -> list[Signature]:
 def candidates(registry: Registry, sig: Signature, inputs: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
     """Each kernel that takes these inputs here, and the peer, called as tkreg.ops calls them:
     a kernel at its launcher's own choice, its launches replayed where it declares replay; the
-    peer as torch code calls it. Each call allocates its outputs."""
+    peer as torch code calls it. Each call allocates its outputs. Kernels that overwrite an input
+    are left out: tkreg.ops never runs them, and calls repeated on the same inputs would time
+    inputs the previous call changed."""
     op = registry.op(sig.op)
     calls: dict[str, Callable[[], Any]] = {
-        kernel.name: kernel_call(op, kernel, kernel.load(), inputs) for kernel in registry.lookup(op.name, inputs=inputs)
+        kernel.name: kernel_call(op, kernel, kernel.load(), inputs)
+        for kernel in registry.lookup(op.name, inputs=inputs)
+        if not kernel.writes
     }
     peer = peer_call(op, inputs, None)
     if peer is not None:

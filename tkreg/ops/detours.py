@@ -47,6 +47,10 @@ class Detour:
             return f"tkreg.ops.{op.name} raises {self.error.__name__}: {self.reason}"
         return self.reason
 
+    def cast(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        """For CAST: the inputs as autocast casts them (the call is then made with autocast off)."""
+        return autocasting.cast(inputs, self.device_type, self.policy)
+
     def raise_error(self) -> None:
         assert self.error is not None
         raise self.error(self.reason)

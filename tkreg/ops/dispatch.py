@@ -381,14 +381,13 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
     def describe(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> str:
         """What a call with these inputs does and why (no launch); where a kernel runs them and
         the bucket's training choice is made, what a call that wants a gradient does."""
-        from . import autocasting
         from .contexts import no_autocast
         from .detours import CAST, context_detour, layout_detour
 
         values = self.params.values(params or {})
         detour = layout_detour(self.op, inputs) or context_detour(self.op, inputs)  # as tkreg.ops.<op> takes the call
         if detour is not None and detour.way == CAST:
-            cast = autocasting.cast(inputs, detour.device_type, detour.policy)
+            cast = detour.cast(inputs)
             with no_autocast():
                 return f"{detour.describe(self.op)}; then {self.describe(cast, params)}"
         if detour is not None:

@@ -488,7 +488,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
             if detour.way == RAISE:
                 detour.raise_error()
             # CAST: as torch casts the peer, then the usual call with autocast off
-            cast = autocasting.cast(inputs, detour.device_type, detour.policy)
+            cast = detour.cast(inputs)
             with no_autocast():
                 return dispatcher.entry(*cast, **params) if dispatcher.entry is not None else slow(cast, params)
         if overload is not None:

@@ -158,11 +158,12 @@ def test_the_ranking_suite_leaves_out_kernels_that_overwrite_an_input(monkeypatc
     from tkreg.bench import ranking
     from tkreg.bench.calls import Signature
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the toy kernels (torch code) run on CPU tensors
-
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # the toy kernels (torch code) then take CPU tensors
     writer = rms_kernel("rms_writer", rms_torch, priority=10, writes=(tkreg.Writes("x", reason="scratch"),))
     registry = registry_with(RmsPlugin(writer, RMS_FORWARD))
-    inputs = (torch.randn(5, 7), torch.randn(7))
+    inputs = (torch.randn(5, 7, device=device), torch.randn(7, device=device))
     assert {k.name for k in registry.lookup("toy_rms_norm", inputs=inputs)} == {"rms_writer", "rms_torch"}
     sig = Signature.of("toy_rms_norm", {"M": 5, "N": 7}, "float32", "")
     assert set(ranking.candidates(registry, sig, inputs)) == {"rms_torch", ranking.PEER}

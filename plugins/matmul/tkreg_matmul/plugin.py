@@ -26,8 +26,7 @@ ODD_BENCH = ((3000, 5000, 2000),)
 
 TIMER_K = 4096  # `tkreg bench timer` checks the device timer on 8192 x 8192 x 4096 and 4096^3
 # `tkreg bench ranking` measures the benchmark cases in the plain layout and the "ranking" cases in
-# theirs: a short prefill projection, an odd and a small product, B as (K, N) and as a weight, and
-# the smallest of the large class (an output over 256 in both M and N, see shapes.py).
+# theirs: a short prefill projection, an odd and a small product, B as (K, N) and as a weight.
 RANKED_PROJECTION = (128, 4096, 4096)
 
 BENCH_CASES = (
@@ -37,7 +36,7 @@ BENCH_CASES = (
     *(case(M=BENCH_MN, N=BENCH_MN, K=k, sets=("bench", "timer") if k == TIMER_K else ("bench",)) for k in BENCH_K),
 )
 RANKING_CASES = tuple(case(M=m, N=n, K=k, sets=("ranking",), variant=v)
-                      for m, n, k in ((1000, 1000, 1000), (512, 512, 512), (256, 256, 256)) for v in BENCH_LAYOUTS)
+                      for m, n, k in ((1000, 1000, 1000), (256, 256, 256)) for v in BENCH_LAYOUTS)
 
 BATCHED_CASES = (
     case(B=3, M=33, N=40, K=24, variant="batched"),

@@ -99,6 +99,25 @@ def test_tiled_config_is_valid_for_every_shape(m: int, n: int, itemsize: int) ->
         assert programs >= tiled.PROGRAMS_PER_SM * 132
 
 
+def test_every_plan_covers_each_row_once_in_whole_blocks() -> None:
+    # 2000 random shapes, 16-bit and fp32, rows aligned or not: the column ranges a plan launches
+    # start on block (and so vector) boundaries, cover the row (from its 16-byte boundary when
+    # realigned) and leave no range empty; tiles stay within their byte budgets.
+    import random
+
+    rng = random.Random(20261130)
+    for _ in range(2000):
+        m, n = rng.choice((1, 2, 3, 7, 64, 999, 4096, 60000)), rng.randint(1, 300000)
+        itemsize, ragged, sms = rng.choice((2, 4)), rng.random() < 0.5, rng.choice((78, 132))
+        p = tiled.plan(m, n, itemsize, sms, (None,) * 5, ragged)
+        c, vec = p.config, tiled.VECTOR_BYTES // itemsize
+        span = n + vec - 1 if tiled.realigns(n, itemsize, c.BLOCK_N, ragged) else n
+        assert p.cols_per_split % c.BLOCK_N == 0 and p.cols_per_split > 0
+        assert p.split * p.cols_per_split >= span > (p.split - 1) * p.cols_per_split, (m, n, itemsize, ragged, p)
+        assert p.grid == (-(-m // c.BLOCK_M), p.split) and (p.combine is None) == (p.split == 1)
+        assert c.BLOCK_M * c.BLOCK_N * itemsize <= max(tiled.TILE_BYTES, c.BLOCK_N * itemsize)
+
+
 def test_few_long_rows_are_split_and_many_rows_are_not() -> None:
     assert tiled.choose_config(32, 1048576, 4, 132).SPLIT > 1
     assert tiled.choose_config(65536, 1024, 4, 132).SPLIT == 1

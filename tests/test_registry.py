@@ -103,6 +103,17 @@ def test_explain_orders_by_priority_and_gives_reasons() -> None:
     assert interp["vec_fast"] == ("needs a CUDA GPU (it cannot run under the Triton interpreter); this machine has none",)
 
 
+def test_a_kernel_that_takes_a_scheduler_runs_only_where_a_plugin_registers_one() -> None:
+    # matmul_hopper_ws without the schedulers plugin failed at its first call ("unknown scheduler
+    # 'grouped-8'") while explain listed it as runnable.
+    without = build_registry(env={"TKREG_PLUGINS": "matmul,hopper_matmul"})
+    verdicts = {v.kernel.name: v for v in without.explain("matmul", "9.0")}
+    assert verdicts["matmul_hopper_ws"].reasons == ("takes a tile scheduler and no installed plugin registers one",)
+    assert verdicts["matmul_triton"].runs
+    with_schedulers = build_registry(env={"TKREG_PLUGINS": "matmul,hopper_matmul,schedulers"})
+    assert "matmul_hopper_ws" in [k.name for k in with_schedulers.lookup("matmul", "9.0")]
+
+
 def test_lookup_with_inputs_drops_kernels_that_cannot_take_them() -> None:
     torch = pytest.importorskip("torch")
     reg = registry_of(

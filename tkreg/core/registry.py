@@ -313,6 +313,9 @@ class Registry:
 
     def _judge(self, kernel: Kernel, platform: Platform, inputs: Sequence[Any] | None, here: bool) -> Verdict:
         reasons = unmet_requirements(kernel, platform)
+        if kernel.takes_scheduler and not self._schedulers:
+            # its configs name a tile order, which only a plugin's Scheduler supplies
+            reasons.append("takes a tile scheduler and no installed plugin registers one")
         if inputs is not None and not reasons:
             reasons = self._input_reasons(kernel, platform, inputs, here)
         score = None

@@ -87,6 +87,13 @@ def launchers(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str, 
     return {kernel.name: kernel.load() for kernel in registry.lookup(op.name, inputs=inputs)}
 
 
+def planned_kernels(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> list[Kernel]:
+    """The kernels tkreg.ops may run for these inputs on this GPU (lookup's order): those that
+    take them, less any that overwrites an input, which tkreg.ops never plans (and whose calls,
+    repeated on the same inputs, would time inputs the previous call changed)."""
+    return [kernel for kernel in registry.lookup(op.name, inputs=inputs) if not kernel.writes]
+
+
 def launcher_call(op: Op, launcher: Callable[..., Any], inputs: tuple[Any, ...], out: Any = None) -> Call:
     """A launcher at its own choice on ``inputs`` with the op's parameters at their defaults,
     writing into ``out``; where ``out`` is None, into a new output per call, as a user's call

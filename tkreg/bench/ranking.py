@@ -30,7 +30,7 @@ from ..core.loading import default_registry
 from ..core.registry import Registry
 from ..ops.walltime import CALLS_AS_TKREG as CALLS  # host times are what tkreg.ops pays
 from ..ops.walltime import KIND, PEER
-from .calls import Signature, kernel_call, make_inputs, peer_call, say
+from .calls import Signature, kernel_call, make_inputs, peer_call, planned_kernels, say
 from .suites import Deadline, Measured
 
 DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS = 5, 25
@@ -53,13 +53,10 @@ def candidates(registry: Registry, sig: Signature, inputs: tuple[Any, ...]) -> d
     """Each kernel that takes these inputs here, and the peer, called as tkreg.ops calls them:
     a kernel at its launcher's own choice, its launches replayed where it declares replay; the
     peer as torch code calls it. Each call allocates its outputs. Kernels that overwrite an input
-    are left out: tkreg.ops never runs them, and calls repeated on the same inputs would time
-    inputs the previous call changed."""
+    are left out (:func:`planned_kernels`)."""
     op = registry.op(sig.op)
     calls: dict[str, Callable[[], Any]] = {
-        kernel.name: kernel_call(op, kernel, kernel.load(), inputs)
-        for kernel in registry.lookup(op.name, inputs=inputs)
-        if not kernel.writes
+        kernel.name: kernel_call(op, kernel, kernel.load(), inputs) for kernel in planned_kernels(registry, op, inputs)
     }
     peer = peer_call(op, inputs, None)
     if peer is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...core.registry import Registry
 from ...core.specs import Op
-from ..calls import Signature, geomean, kernel_call, make_inputs, peer_call, say
+from ..calls import Signature, geomean, kernel_call, make_inputs, peer_call, planned_kernels, say
 from ..graphed import graphed_us
 
 PICK_WITHIN = 0.95  # tkreg.ops passes where the fastest other candidate takes at least this share of its time
@@ -106,9 +106,7 @@ def _candidates(registry: Registry, op: Op, inputs: tuple[Any, ...]) -> dict[str
     from ...ops.choosing import Chooser
 
     found: dict[str, Callable[[], Any]] = {}
-    for kernel in registry.lookup(op.name, inputs=inputs):
-        if kernel.writes:
-            continue
+    for kernel in planned_kernels(registry, op, inputs):
         launcher = kernel.load()
         for config in Chooser.tune_configs(kernel, inputs, op.defaults):
             label = kernel.name if not config else kernel.name + "[" + ",".join(f"{k}={v}" for k, v in config.items()) + "]"

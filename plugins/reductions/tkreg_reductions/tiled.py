@@ -213,10 +213,10 @@ def _sm_count(index: int | None) -> int:
 def choose_config(m: int, n: int, itemsize: int, num_sms: int) -> TiledConfig:
     """Tile and split for an (m, n) input; measured choices, see the module docstring."""
     widest = min(next_power_of_2(n), MAX_ROW_BYTES // itemsize)
-    block_n, block_m = widest, _rows_per_program(m, n, widest, itemsize, TILE_BYTES)
+    block_n, block_m = widest, _rows_per_program(m, n, widest, itemsize)
     narrower = _padding_limited(n, widest) if itemsize <= MAX_PADDING_LIMITED_ITEMSIZE else widest
     if narrower != widest:
-        rows = _rows_per_program(m, n, narrower, itemsize, STEP_TILE_BYTES)
+        rows = _rows_per_program(m, n, narrower, itemsize)
         # Only where the grid still gives every SM enough of each step: with few programs a
         # row's steps, taken one after another, cost more than the padding they save.
         if cdiv(m, rows) * rows * narrower >= MIN_STEP_ELEMENTS_PER_SM * num_sms:
@@ -241,15 +241,15 @@ def _padding_limited(n: int, block_n: int) -> int:
     return block_n
 
 
-def _rows_per_program(m: int, n: int, block_n: int, itemsize: int, multi_step_tile_bytes: int) -> int:
+def _rows_per_program(m: int, n: int, block_n: int, itemsize: int) -> int:
     """Rows per program: a tile of TILE_BYTES when a row is one step; when it takes several, one
-    row of the widest blocks, else a tile of ``multi_step_tile_bytes``."""
+    row of the widest blocks, else (the narrower blocks of a padded row) a tile of STEP_TILE_BYTES."""
     if n <= block_n:
         tile_bytes = TILE_BYTES
     elif block_n * itemsize == MAX_ROW_BYTES:
         return 1
     else:
-        tile_bytes = multi_step_tile_bytes
+        tile_bytes = STEP_TILE_BYTES
     return max(1, min(next_power_of_2(m), tile_bytes // itemsize // block_n))
 
 

@@ -100,7 +100,7 @@ def test_the_cpp_key_refuses_what_it_cannot_key() -> None:
 
     x = torch.randn(4, 4)
     refused = [
-        x.as_subclass(Sub), 3, "x", None, object(), torch.randn(4, 4).to_sparse(),
+        x.as_subclass(Sub), 3, "x", object(), torch.randn(4, 4).to_sparse(),
         torch.randn(4, dtype=torch.complex64).conj(), torch._neg_view(torch.randn(4, dtype=torch.complex64)),
     ]  # fmt: skip
     for thing in refused:
@@ -108,6 +108,7 @@ def test_the_cpp_key_refuses_what_it_cannot_key() -> None:
         assert key(x, thing) is None  # any input refused: the whole call is
     assert key() == b""
     assert key(x) is not None
+    assert key(x, None) not in (None, key(x))  # None: an absent optional input, keyed as one word
     with torch.autocast("cpu", dtype=torch.bfloat16):  # a peer's own call would compute in another dtype
         assert key(x) is None
 

@@ -101,13 +101,13 @@ def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
     lookup: Call = lambda: registry.lookup(op.name, inputs=inputs)  # noqa: E731 (a call, as the others)
     found.append(Path("lookup of the kernels for these inputs, cached", lambda: lookup))
     if op.grads:  # a training forward: autograd records each call (its backward is not timed)
-        leaves = tuple(t.detach().requires_grad_(name in op.grads) for name, t in zip(op.inputs, inputs))
+        leaves = tuple(t if t is None else t.detach().requires_grad_(name in op.grads) for name, t in zip(op.inputs, inputs))
         found.append(Path(f"{op.peer_name} (the peer), gradient wanted", lambda: peer_call(op, leaves, None), peer=True,
                           allocates=True, role=TORCH_GRAD, grad=True))
         found.append(Path(f"tkreg.ops.{op.name}, gradient wanted", lambda: ops_call(op, leaves), allocates=True,
                           role=OPS_GRAD, grad=True))
     if op.autocast_policy("cuda") is not None:  # mixed precision: float32 weights and activations, autocast's casts
-        wide = tuple(t.float() if t.is_floating_point() else t for t in inputs)
+        wide = tuple(t.float() if t is not None and t.is_floating_point() else t for t in inputs)
         for what, make, peer, role in ((f"{op.peer_name} (the peer)", lambda: peer_call(op, wide, None), True, TORCH_AMP),
                                        (f"tkreg.ops.{op.name}", lambda: ops_call(op, wide), False, OPS_AMP)):  # fmt: skip
             found.append(Path(f"{what}, float32 inputs under autocast(bfloat16)", make, peer=peer, allocates=True, role=role,

@@ -334,6 +334,8 @@ class Registry:
         # outputs and gradients that follow the inputs have the dtypes the op gives them.
         declared = self.op(kernel.op).inputs
         for i, t in enumerate(inputs):
+            if t is None:  # an absent optional input: the kernel's own check says whether it takes that
+                continue
             dtype = dtypes.name_of(getattr(t, "dtype", "?"))
             bound = not declared or (i < len(declared) and (dtypes.is_floating(dtype) or dtype == "?"))
             if bound and dtype not in accepted:

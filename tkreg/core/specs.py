@@ -185,7 +185,12 @@ class Op:
     outputs, grad_outputs, **params)`` is an optional formula in torch operations that tkreg.ops
     uses when no backward kernel takes a call; it receives one upstream gradient per differentiable
     output (zeros where none flowed) and, if it names the keyword ``needs_input_grad``, which
-    gradients are wanted (it may return None for the others). ``contract`` says how callers'
+    gradients are wanted (it may return None for the others). ``optional`` names inputs a caller
+    may pass as None (a LayerNorm's bias=None, as torch's functions take it): references, peers,
+    make_output, backward formulas and every kernel's launcher then receive None in its place
+    (a kernel that cannot take it says so from ``Requirements.inputs``), and its gradient, where
+    it has one, is None; ``make_inputs`` gives None there for the cases that test it.
+    ``contract`` says how callers'
     tensors of any rank map onto kernel inputs (:mod:`tkreg.core.contracts`). ``measured`` names a
     package folder ("package:folder") of wall-time measurements of the op's kernels per GPU
     (``<device-name>.json``): the prior tkreg.ops ranks by where it does not time calls itself.
@@ -214,6 +219,7 @@ class Op:
     bench_dtypes: tuple[str, ...] = ()
     description: str = ""
     inputs: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
     outputs: tuple[Output, ...] = DEFAULT_OUTPUTS
     grads: tuple[str, ...] = ()
@@ -278,7 +284,7 @@ class Op:
 
     def _check_interface(self) -> None:
         kind, name = "op", self.name
-        for f in ("inputs", "params", "outputs", "grads"):
+        for f in ("inputs", "optional", "params", "outputs", "grads"):
             value = getattr(self, f)
             if isinstance(value, (str, Param, Output)) or not isinstance(value, (tuple, list)):
                 raise SpecError(kind, name, f, f"must be a tuple, got {value!r}")
@@ -286,6 +292,17 @@ class Op:
         for n in self.inputs:
             check_identifier(kind, name, "inputs", n)
         _no_duplicates(kind, name, "inputs", self.inputs)
+        if self.optional:
+            if not self.inputs:
+                raise SpecError(kind, name, "optional", "name the op's inputs (inputs=...) to say which may be None")
+            unknown = [n for n in self.optional if n not in self.inputs]
+            if unknown:
+                among = ", ".join(self.inputs)
+                raise SpecError(kind, name, "optional", f"{', '.join(map(str, unknown))} not among inputs ({among})")
+            _no_duplicates(kind, name, "optional", self.optional)
+            if self.inputs[0] in self.optional:
+                raise SpecError(kind, name, "optional", f"the first input ({self.inputs[0]}) is the one contracts read shapes "
+                                "from: it cannot be optional")
         for p in self.params:
             if not isinstance(p, Param):
                 raise SpecError(kind, name, "params", f"must hold Param objects, got {p!r}")

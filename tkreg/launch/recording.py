@@ -123,7 +123,7 @@ class _Recorder:
 
     def __init__(self, tensors: Sequence[Any]) -> None:
         self.thread = threading.get_ident()
-        self.index = {t.data_ptr(): i for i, t in enumerate(tensors)}
+        self.index = {t.data_ptr(): i for i, t in enumerate(tensors) if t is not None}
         self.launches: list[_Launch] = []
         self.refusal = ""
 
@@ -181,9 +181,10 @@ class Outcome:
 
 def record(call: Callable[[], Any], tensors: Sequence[Any]) -> Outcome:
     """Run ``call()`` once (it launches for real) while watching it. ``tensors``: every tensor the
-    call's launches may take (the call's inputs and outputs); they need distinct, non-zero
-    addresses, or a launch's tensor would be ambiguous."""
-    addresses = [t.data_ptr() for t in tensors]
+    call's launches may take (the call's inputs and outputs; None for an absent optional input,
+    which no launch takes); they need distinct, non-zero addresses, or a launch's tensor would be
+    ambiguous."""
+    addresses = [t.data_ptr() for t in tensors if t is not None]
     if 0 in addresses or len(set(addresses)) != len(addresses):
         return Outcome(call(), None, "the call's tensors share an address, or one is empty", again=True)
     if not _RECORDING.acquire(blocking=False):

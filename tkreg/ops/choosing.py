@@ -75,7 +75,9 @@ class Chooser:
         dims = self.form.dims(kernel_inputs)
         if dims is None:
             dims = {f"d{i}.{j}": int(s) for i, t in enumerate(tensors) for j, s in enumerate(t.shape)}
-        kinds = ",".join(str(t.dtype).removeprefix("torch.") for t in tensors)
+        # an absent optional input is "none": a call without a bias is another bucket than one with
+        kinds = ",".join("none" if t is None else str(t.dtype).removeprefix("torch.") for t in kernel_inputs
+                         if t is None or hasattr(t, "data_ptr"))  # fmt: skip
         aligned = "".join("a" if t.data_ptr() % ALIGN == 0 else "u" for t in tensors)
         shown = ",".join(f"{k}={v}" for k, v in params.items())
         return tuning.bucket_key(dims, kinds, self.form.layout(kernel_inputs), f"align={aligned}", shown)

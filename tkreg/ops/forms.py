@@ -197,26 +197,59 @@ class Form:
         names = self.input_names
         return names if names is not None and len(names) == count else tuple(f"input {i}" for i in range(count))
 
+    @functools.cached_property
+    def optional(self) -> frozenset[int]:
+        """Positions of the inputs a call may pass as None (``Op.optional``)."""
+        names = self.op.inputs
+        return frozenset(names.index(n) for n in self.op.optional)
+
     def contract_reasons(self, inputs: Sequence[Any]) -> list[str]:
         """Why these inputs break the op's calling contract, whatever kernels exist."""
         names = self.input_names
         if names is not None and len(inputs) != len(names):
             return [f"{self.op.name} takes {len(names)} tensor(s) ({', '.join(names)}), got {len(inputs)}"]
         names = self.names_for(len(inputs))
-        reasons = [self._not_a_tensor(n, x) for n, x in zip(names, inputs) if not is_tensor(x)]
-        return reasons or self.tensor_reasons(inputs, names)
+        optional = self.optional if len(inputs) == len(self.op.inputs) else frozenset()
+        reasons = [self._not_a_tensor(n, x) for i, (n, x) in enumerate(zip(names, inputs))
+                   if not is_tensor(x) and not (x is None and i in optional)]  # fmt: skip
+        if reasons:
+            return reasons
+        at = self._present(inputs)
+        return self.tensor_reasons([inputs[i] for i in at], [names[i] for i in at])
 
     def _not_a_tensor(self, name: str, value: Any) -> str:
         if value is None:  # e.g. a LayerNorm's bias=None, which torch's functions take
-            return f"{name} must be a torch.Tensor, got None: {self.op.name} has no optional inputs"
+            allowed = self.op.optional
+            may = (f"only {_joined(list(allowed))} may be None" if allowed else "it has no optional inputs")
+            return f"{name} must be a torch.Tensor, got None: {self.op.name}'s {may}"
         return f"{name} must be a torch.Tensor, got {type(value).__name__}"
 
+    @staticmethod
+    def _present(inputs: Sequence[Any]) -> list[int]:
+        """Positions of the inputs a call passed (an optional input may be None)."""
+        return [i for i, x in enumerate(inputs) if x is not None]
+
     def tensor_reasons(self, inputs: Sequence[Any], names: Sequence[str]) -> list[str]:
-        """The contract beyond "these are tensors" (shapes, dtypes, devices agreeing)."""
+        """The contract beyond "these are tensors" (shapes, dtypes, devices agreeing), for the
+        inputs a call passed (absent optional ones left out, the first input never among them)."""
         return []
 
     def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
-        """The view of these inputs for kernels, or why they cannot be viewed without a copy."""
+        """The view of these inputs for kernels, or why they cannot be viewed without a copy; an
+        absent optional input (None) reaches kernels as None."""
+        at = self._present(inputs)
+        if len(at) == len(inputs):
+            return self.present_view(inputs)
+        view = self.present_view([inputs[i] for i in at])
+        if not isinstance(view, KernelView):
+            return view
+        shapes: list[tuple[int, ...] | None] = [None] * len(inputs)
+        for i, shape in zip(at, view.shapes):
+            shapes[i] = shape
+        return KernelView(tuple(shapes), frozenset(at[i] for i in view.selects), view.batched, view.note)
+
+    def present_view(self, inputs: Sequence[Any]) -> KernelView | str:
+        """:meth:`kernel_view` of inputs that are all tensors."""
         return KernelView((None,) * len(inputs))
 
     # -- outputs ---------------------------------------------------------------------------------
@@ -260,7 +293,18 @@ class Form:
         return tuple(layout.empty() for layout in self.output_layouts(inputs, None, params, fake=True))
 
     def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
-        """Kernel-level shapes of the inputs, from shapes alone (None: as they are)."""
+        """Kernel-level shapes of the inputs, from shapes alone (None: as they are, and for an
+        absent optional input)."""
+        at = self._present(inputs)
+        if len(at) == len(inputs):
+            return self.present_shapes(inputs)
+        shapes: list[tuple[Any, ...] | None] = [None] * len(inputs)
+        for i, shape in zip(at, self.present_shapes([inputs[i] for i in at])):
+            shapes[i] = shape
+        return tuple(shapes)
+
+    def present_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+        """:meth:`logical_shapes` of inputs that are all tensors."""
         return (None,) * len(inputs)
 
     def probe_inputs(self, inputs: Sequence[Any], view: KernelView | None, probes: list[Any]) -> list[Any]:
@@ -342,7 +386,7 @@ class ElementwiseForm(Form):
             reasons.append(f"{_joined(names)} must have one shape, got {' and '.join(map(str, shapes))}")
         return reasons + _agreement_reasons(inputs, names)
 
-    def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
+    def present_view(self, inputs: Sequence[Any]) -> KernelView | str:
         shape = shape_of(inputs[0])
         if len(shape) == 2:
             return KernelView((None,) * len(inputs))
@@ -361,7 +405,7 @@ class ElementwiseForm(Form):
             rows = (groups[0] if len(groups) == 2 else 1, groups[-1] if groups else 1)
         return KernelView((rows,) * len(inputs))
 
-    def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+    def present_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
         shape = shape_of(inputs[0])
         if len(shape) == 2:
             return (None,) * len(inputs)
@@ -397,7 +441,7 @@ class RowsForm(Form):
         shape = shape_of(x)
         return len(shape) == 0 if not lead else shape[: len(lead)] == lead
 
-    def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
+    def present_view(self, inputs: Sequence[Any]) -> KernelView | str:
         x = inputs[0]
         shape = shape_of(x)
         lead = shape[:-1]
@@ -418,7 +462,7 @@ class RowsForm(Form):
             shapes.append(merged)
         return KernelView(tuple(shapes))
 
-    def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+    def present_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
         lead = shape_of(inputs[0])[:-1]
         if len(lead) == 1:
             return (None,) * len(inputs)
@@ -468,7 +512,7 @@ class LinearForm(Form):
             reasons.append(f"inner dimensions differ: {na} is {sa}, {nb} is {sb} (need {na} (..., K), {nb} (K, N))")
         return reasons + _agreement_reasons(inputs[:2], names[:2])
 
-    def kernel_view(self, inputs: Sequence[Any]) -> KernelView | str:
+    def present_view(self, inputs: Sequence[Any]) -> KernelView | str:
         a, b = inputs[:2]
         rest: tuple[None, ...] = (None,) * (len(inputs) - 2)
         sa, sb = shape_of(a), shape_of(b)
@@ -487,7 +531,7 @@ class LinearForm(Form):
             return f"{where}: its leading dims cannot be merged into rows without a copy"
         return KernelView((rows, None, *rest))
 
-    def logical_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
+    def present_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
         a, b = inputs[:2]
         sa, sb = shape_of(a), shape_of(b)
         rest = (None,) * (len(inputs) - 2)

@@ -63,7 +63,9 @@ def kernel_run(
     def run(inputs: Sequence[Any], outputs: Sequence[Any], grad_outputs: Sequence[Any], needs: tuple[bool, ...]) -> Any:
         if dense:
             grad_outputs = [g.contiguous() for g in grad_outputs]
-        grads = tuple([empty(inputs[i].shape, dtype=inputs[i].dtype, device=inputs[i].device) for i in grad_index])
+        # an absent optional input has no gradient: None in its place, for the kernel and the caller
+        grads = tuple([None if inputs[i] is None else empty(inputs[i].shape, dtype=inputs[i].dtype, device=inputs[i].device)
+                       for i in grad_index])  # fmt: skip
         try:
             launch(
                 *view.inputs(inputs),
@@ -127,9 +129,9 @@ def peer_run(
         wanted = {i for i, need in zip(grad_index, needs) if need}
         with torch.enable_grad(), _autograd_dispatch():
             if connected:
-                leaves = [x.view_as(x) if x.requires_grad else x for x in inputs]
+                leaves = [x.view_as(x) if x is not None and x.requires_grad else x for x in inputs]
             else:
-                leaves = [x.detach().requires_grad_(i in wanted) for i, x in enumerate(inputs)]
+                leaves = [None if x is None else x.detach().requires_grad_(i in wanted) for i, x in enumerate(inputs)]
             outs = as_tuple(peer(*leaves, out=None, **params))
             position = {i: i for i in range(len(outs))} if len(outs) == len(op.outputs) else {
                 i: n for n, i in enumerate(returned)}  # fmt: skip

@@ -45,20 +45,30 @@ def _unrolled(arity: int) -> Callable[..., tuple[Any, ...]]:
 _BY_ARITY = {n: _unrolled(n) for n in range(1, MAX_UNROLLED + 1)}
 
 
+# An absent optional input (None) in a key: as many fields as a tensor's, none of them a tensor's.
+ABSENT = (None,) * PER_TENSOR
+
+
 def _looped(tensors: Sequence[Any]) -> tuple[Any, ...]:
     one = _BY_ARITY[1]  # the generated key of one tensor: FIELDS stay the only spelling of a key
     key: list[Any] = []
     for t in tensors:
-        key += one(t)
+        key += ABSENT if t is None else one(t)
     return tuple(key)
 
 
 def tensors_key(tensors: Sequence[Any]) -> tuple[Any, ...] | None:
-    """The key part of these tensors; None where one is not a tensor (planning gives the op's error)."""
+    """The key part of these tensors (:data:`ABSENT` for a None); None where one is neither a
+    tensor nor None (planning gives the op's error)."""
     build = _BY_ARITY.get(len(tensors))
     try:
         return build(*tensors) if build is not None else _looped(tensors)
-    except (AttributeError, TypeError, RuntimeError):  # RuntimeError: a tensor without strides or storage
+    except AttributeError:  # None among them (an absent optional input), or not a tensor
+        try:
+            return _looped(tensors)
+        except (AttributeError, TypeError, RuntimeError):
+            return None
+    except (TypeError, RuntimeError):  # RuntimeError: a tensor without strides or storage
         return None
 
 
@@ -108,6 +118,9 @@ def to_json(key: tuple[Any, ...], has_params: bool) -> dict[str, Any]:
     tensors = []
     for i in range(0, len(body), PER_TENSOR):
         dtype, shape, stride, device, align = body[i : i + PER_TENSOR]
+        if dtype is None:  # an absent optional input
+            tensors.append(None)
+            continue
         tensors.append({"dtype": str(dtype).removeprefix("torch."), "shape": list(shape), "stride": list(stride),
                         "device": device.type, "index": device.index, "align": align})  # fmt: skip
     return {"tensors": tensors, "params": list(key[-1]) if has_params else []}
@@ -120,6 +133,9 @@ def from_json(data: dict[str, Any], has_params: bool) -> tuple[Any, ...]:
     key: list[Any] = []
     try:
         for t in data["tensors"]:
+            if t is None:  # an absent optional input
+                key += ABSENT
+                continue
             dtype = getattr(torch, t["dtype"])
             if not isinstance(dtype, torch.dtype):
                 raise ValueError(f"{t['dtype']!r} is not a torch dtype")
@@ -132,6 +148,7 @@ def from_json(data: dict[str, Any], has_params: bool) -> tuple[Any, ...]:
 
 
 def tensor_specs(key: tuple[Any, ...], has_params: bool) -> list[tuple[Any, ...]]:
-    """(dtype, shape, strides, device, alignment class) of each tensor of ``key``."""
+    """(dtype, shape, strides, device, alignment class) of each tensor of ``key``
+    (:data:`ABSENT` for an absent optional input)."""
     body = key[:-1] if has_params else key
     return [tuple(body[i : i + PER_TENSOR]) for i in range(0, len(body), PER_TENSOR)]

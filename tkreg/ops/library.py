@@ -38,7 +38,7 @@ import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch.autograd import forward_ad
@@ -91,7 +91,9 @@ _REGISTERED: dict[str, tuple[Any, Slot, Any]] = {}
 
 def signature_of(op: Op, names: Sequence[str]) -> inspect.Signature:
     """The Python signature torch.library reads the schema from."""
-    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor) for n in names]
+    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    annotation=Optional[torch.Tensor] if n in op.optional else torch.Tensor)  # noqa: UP045
+                  for n in names]  # fmt: skip  # an optional input is "Tensor?" in the schema
     parameters += [
         inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, annotation=p.kind, default=p.default) for p in op.params
     ]
@@ -108,7 +110,7 @@ def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, Non
         dispatcher.no_operator = (f"its name {op.name!r} is not a Python identifier" if names is not None
                                   else "its calling contract does not name its inputs")  # fmt: skip
         return None, None
-    schema_key = (names, tuple((p.name, p.kind, p.default) for p in op.params), len(op.outputs))
+    schema_key = (names, op.optional, tuple((p.name, p.kind, p.default) for p in op.params), len(op.outputs))
     known = _REGISTERED.get(op.name)
     if known is not None and known[0] == schema_key:
         _, slot, overload = known
@@ -132,7 +134,7 @@ def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, Non
 _TRACED_BODY = """
 def body(*inputs, **params):
     dispatcher = slot.dispatcher
-    if all(type(t) in PLAIN for t in inputs):
+    if all(t is None or type(t) in PLAIN for t in inputs):  # None: an absent optional input
         return dispatcher(*inputs, **params)
     route = dispatcher.static_route(inputs, params)
     return route(*inputs) if route is not None else runtime_overload(*inputs, **params)
@@ -184,7 +186,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
         transforms = transforms_active()
         if torch.is_grad_enabled() and not transforms:  # create_graph=True: gradients differentiable again
             got = dispatcher.backward_with_graph(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
-        elif all(type(t) in _PLAIN for t in (*saved, *grad_outputs)) and not transforms:
+        elif all(t is None or type(t) in _PLAIN for t in (*saved, *grad_outputs)) and not transforms:
             got = dispatcher.backward(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
         elif transforms:  # a torch.func transform's tensors: the run-time backward, per sample under a vmap
             with torch.no_grad():  # not differentiated again; torch's autograd kernel refuses these transforms
@@ -356,7 +358,8 @@ def _take_planned_packet_calls(packet: Any, slot: Slot) -> None:
     if not 1 <= arity <= keys.MAX_UNROLLED or not isinstance(packet, torch._ops.OpOverloadPacket):
         return
     params, inputs = slot.dispatcher.params, [f"t{i}" for i in range(arity)]
-    text = _PACKET.format(arity=arity, names=", ".join(inputs), planned=_planned_run(inputs, params, 8))
+    planned = _planned_run(inputs, params, 8, slot.dispatcher.form.optional)
+    text = _PACKET.format(arity=arity, names=", ".join(inputs), planned=planned)
     call = generated(text, "packet_call", {**_scope(params), "slot": slot})
     try:
         packet.__class__ = type(f"tkreg_{packet.__name__}_packet", (type(packet),), {"__call__": call})
@@ -368,7 +371,8 @@ def _define_backward(op: Op, slot: Slot) -> Any:
     """``torch.ops.tkreg_backward.<op>``: the gradients (one per input in ``grads``; an empty
     tensor where ``needs`` says no), computed on real tensors when a compiled graph runs."""
     parameters = [
-        inspect.Parameter("tensors", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=list[torch.Tensor]),
+        # Tensor?[]: an absent optional input is None among them
+        inspect.Parameter("tensors", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=list[Optional[torch.Tensor]]),  # noqa: UP045
         inspect.Parameter("needs", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=list[bool]),
     ]
     parameters += [
@@ -385,14 +389,15 @@ def _define_backward(op: Op, slot: Slot) -> Any:
         inputs, outputs, grad_outputs = split(tensors)
         got = dispatcher.backward(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
         result: list[Any] = []
+        present = [t for t in tensors if t is not None]
         for i, g, need in zip(dispatcher.grad_index, got, needs):
-            result.append(_fresh(g, [*tensors, *result]) if need else inputs[i].new_empty(0))
+            result.append(_fresh(g, [*present, *result]) if need else _placeholder(inputs, i))
         return result
 
     def fake(tensors: list[Any], needs: list[bool], **params: Any) -> list[Any]:
         inputs = split(tensors)[0]
         grad_index = slot.dispatcher.grad_index
-        return [inputs[i].new_empty(inputs[i].shape if need else (0,)) for i, need in zip(grad_index, needs)]
+        return [inputs[i].new_empty(inputs[i].shape) if need else _placeholder(inputs, i) for i, need in zip(grad_index, needs)]
 
     def per_sample(info: Any, in_dims: tuple[Any, ...], tensors: list[Any], needs: list[bool], **params: Any) -> Any:
         """Under a vmap (a torch.func jacrev, or vmap of grad): one call per sample, stacked.
@@ -407,6 +412,12 @@ def _define_backward(op: Op, slot: Slot) -> Any:
     defined.register_fake(fake)
     defined.register_vmap(per_sample)
     return getattr(getattr(torch.ops, BACKWARD_NAMESPACE), op.name).default
+
+
+def _placeholder(inputs: Sequence[Any], i: int) -> Any:
+    """What the gradients' list holds for a gradient nobody asked for: an empty tensor (of input
+    ``i``, or of the first input where ``i`` is an absent optional one)."""
+    return (inputs[i] if inputs[i] is not None else inputs[0]).new_empty(0)
 
 
 def _fresh(t: Any, others: Sequence[Any]) -> Any:
@@ -538,7 +549,8 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
 
     def python_call() -> Callable[..., Any]:
         if 1 <= arity <= keys.MAX_UNROLLED:
-            call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, dispatcher.grad_index, slow, traced)
+            call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, dispatcher.grad_index, slow, traced,
+                                  dispatcher.form.optional)
         else:
             call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow, traced)
         call.__name__ = call.__qualname__ = op.name
@@ -671,17 +683,25 @@ def packet_call(self, /, *args, **params):
 """
 
 
-def _planned_run(names: Sequence[str], params: Any, indent: int) -> str:
+def _planned_run(names: Sequence[str], params: Any, indent: int, optional: frozenset[int] = frozenset()) -> str:
     """:data:`_PLANNED_RUN` for inputs named ``names``, indented to sit in a generated function."""
-    return textwrap.indent(_PLANNED_RUN.format(**_fields(names, params)), " " * indent)
+    return textwrap.indent(_PLANNED_RUN.format(**_fields(names, params, optional)), " " * indent)
 
 
-def _fields(names: Sequence[str], params: Any) -> dict[str, str]:
+def _wants(names: Sequence[str], positions: Sequence[int], optional: frozenset[int]) -> str:
+    """Whether any of these inputs wants a gradient, as source ("False" for none); an optional
+    input may be None."""
+    each = [f"({names[i]} is not None and {names[i]}.requires_grad)" if i in optional else f"{names[i]}.requires_grad"
+            for i in positions]  # fmt: skip
+    return " or ".join(each) or "False"
+
+
+def _fields(names: Sequence[str], params: Any, optional: frozenset[int] = frozenset()) -> dict[str, str]:
     """What the generated fast paths spell out for inputs named ``names``: with the C++ key
     (:mod:`.native`, which also checks that every input is a plain tensor), the plan table's
     plans by packed key (``fast``); else the Python key (:func:`keys.source`) and the table itself."""
     joined = ", ".join(names)
-    fields = {"names": joined, "wanted": " or ".join(f"{n}.requires_grad" for n in names), "values": _values_source(params.names)}
+    fields = {"names": joined, "wanted": _wants(names, range(len(names)), optional), "values": _values_source(params.names)}
     if native.plan_key() is not None:
         return {**fields, "plain": "True", "key": f"native_key({joined})", "table": ".fast"}
     # The Python key reads data_ptr(), which a torch.func transform's wrapped tensor lacks, and
@@ -703,11 +723,11 @@ def _scope(params: Any) -> dict[str, Any]:
 
 
 def _unrolled_call(arity: int, plans: keys.PlanTable, params: Any, graded: Sequence[int], slow: Callable[..., Any],
-                   traced: Callable[..., Any]) -> Callable[..., Any]:
+                   traced: Callable[..., Any], optional: frozenset[int] = frozenset()) -> Callable[..., Any]:
     names = [f"t{i}" for i in range(arity)]
     # an input the op gives no gradient that wants one: the slow path's own error, or None
-    ungraded = " or ".join(f"{n}.requires_grad" for i, n in enumerate(names) if i not in graded) or "False"
-    fields = _fields(names, params)
+    ungraded = _wants(names, [i for i in range(arity) if i not in graded], optional)
+    fields = _fields(names, params, optional)
     text = _UNROLLED.format(
         defaults=", ".join(f"{n}=MISSING" for n in names), no_params="" if params.names else "not params and ",
         ungraded=ungraded, **fields,
@@ -722,7 +742,7 @@ def _operator_call(arity: int, slot: Slot, other: Callable[..., Any]) -> Callabl
     parameters, stays)."""
     params = slot.dispatcher.params
     names = [f"t{i}" for i in range(arity)]
-    text = _OPERATOR.format(names=", ".join(names), planned=_planned_run(names, params, 4))
+    text = _OPERATOR.format(names=", ".join(names), planned=_planned_run(names, params, 4, slot.dispatcher.form.optional))
     return generated(text, "kernel", {**_scope(params), "slot": slot, "other": other})
 
 

@@ -41,7 +41,7 @@ class Tracing:
             return None
         try:
             kernel_inputs = view.inputs(inputs)
-            metas = [TensorMeta.of(t) for t in kernel_inputs]
+            metas = [None if t is None else TensorMeta.of(t) for t in kernel_inputs]  # None: an absent optional input
         except (RuntimeError, TypeError, ValueError):  # symbolic sizes: decide at run time
             return None
         kwargs = self.params.as_dict(values)
@@ -50,7 +50,7 @@ class Tracing:
             return peer_route
         tops = []
         for aligned in (True, False):
-            ranking = self.registry.ranking(self.op.name, None, [m.at(aligned) for m in metas])
+            ranking = self.registry.ranking(self.op.name, None, _at(metas, aligned))
             runnable = self._without_writers(ranking.runnable, [])
             tops.append(None if ranking.prefer_peer or not runnable else runnable[0])
         first, other = tops
@@ -70,7 +70,9 @@ class Tracing:
 
         return traced
 
-    def _traced_peer(self, view: KernelView, metas: Sequence[TensorMeta], params: dict[str, Any]) -> Callable[..., Any] | None:
+    def _traced_peer(
+        self, view: KernelView, metas: Sequence[TensorMeta | None], params: dict[str, Any]
+    ) -> Callable[..., Any] | None:
         """Where this GPU's measured choice for the bucket (aligned inputs) is the peer, or a kernel
         ahead of it by less than COMPILED_MARGIN or OPAQUE_CALL_US, the peer itself, traced: the compiler then sees
         torch's operations (and plans them as it plans the same code written with torch) instead
@@ -80,7 +82,7 @@ class Tracing:
             # a traced peer would leave the kernels' own outputs unwritten, with no plan to say so;
             # a full peer writes them all
             return None
-        choice = self.chooser.known([m.at(True) for m in metas], params, device)
+        choice = self.chooser.known(_at(metas, True), params, device)
         if choice is None:
             return None
         if choice.winner != PEER:
@@ -121,6 +123,10 @@ class Tracing:
         """New outputs for traced inputs, as a call returns them (the run-time op's fake)."""
         outs = self.form.fake_outputs(inputs, self.params.as_dict(self.params.values(params)))
         return outs if self.several else outs[0]
+
+
+def _at(metas: Sequence[TensorMeta | None], aligned: bool) -> list[TensorMeta | None]:
+    return [None if m is None else m.at(aligned) for m in metas]
 
 
 @dataclass(frozen=True)

@@ -183,12 +183,13 @@ class Training:
         copies = inputs_of(plan.key, bool(self.params.names), torch.cuda.device_count())
         if copies is None:
             return None
+        present = [(copy, t) for copy, t in zip(copies, inputs) if copy is not None]  # None: an absent optional input
         with torch.no_grad():
-            for copy, t in zip(copies, inputs):
+            for copy, t in present:
                 copy.copy_(t)
-        for copy, t in zip(copies, inputs):
+        for copy, t in present:
             copy.requires_grad_(bool(getattr(t, "requires_grad", False)))
-        wanting = [c for c in copies if c.requires_grad]
+        wanting = [c for c, _ in present if c.requires_grad]
         kept = [j for j, i in enumerate(self.returned) if self.op.outputs[i].differentiable]
         params, pick = plan.params, self.pick
         upstream: list[Any] = []

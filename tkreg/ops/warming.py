@@ -155,7 +155,7 @@ def _kernel_signatures(dispatchers: Mapping[str, Any], device: int) -> list[tupl
 
 def _only_on(key: tuple[Any, ...], has_params: bool, device: int) -> bool:
     """No tensor of ``key`` on another CUDA device."""
-    return all(d.type != "cuda" or (d.index or 0) == device for _, _, _, d, _ in keys.tensor_specs(key, has_params))
+    return all(d is None or d.type != "cuda" or (d.index or 0) == device for _, _, _, d, _ in keys.tensor_specs(key, has_params))
 
 
 def replay(dispatcher: Any, key: tuple[Any, ...], devices: int, max_bytes: int | None = None) -> bool:
@@ -181,11 +181,14 @@ def replay(dispatcher: Any, key: tuple[Any, ...], devices: int, max_bytes: int |
 
 
 def inputs_of(key: tuple[Any, ...], has_params: bool, devices: int, max_bytes: int | None = None) -> list[Any] | None:
-    """Zero-filled tensors whose signature is ``key``'s; None where it names a GPU this process does
-    not have (``devices`` of them), an alignment no buffer can give, or more than ``max_bytes``."""
+    """Zero-filled tensors whose signature is ``key``'s (None for an absent optional input); None
+    where it names a GPU this process does not have (``devices`` of them), an alignment no buffer
+    can give, or more than ``max_bytes``."""
     import torch
 
     specs = keys.tensor_specs(key, has_params)
+    absent = [spec == keys.ABSENT for spec in specs]
+    specs = [spec for spec, gone in zip(specs, absent) if not gone]
     sizes = []
     for dtype, shape, stride, device, align in specs:
         if device.type == "cuda" and (device.index or 0) >= devices:
@@ -202,4 +205,5 @@ def inputs_of(key: tuple[Any, ...], has_params: bool, devices: int, max_bytes: i
         buffer = torch.zeros(elements, dtype=dtype, device=device)
         shift = ((align - buffer.data_ptr()) % ALIGNMENT_CLASS_BYTES) // itemsize
         made.append(buffer.as_strided(shape, stride, shift))
-    return made
+    tensors = iter(made)
+    return [None if gone else next(tensors) for gone in absent]

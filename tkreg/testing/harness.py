@@ -78,7 +78,12 @@ def make_inputs(op: Op, case: Case, dtype: str, seed: int, device: str, params: 
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     factory = refs.resolve(op.make_inputs)
-    return tuple(factory(case, dtypes.torch_dtype(dtype), generator, device, **accepted(factory, params or {})))
+    made = tuple(factory(case, dtypes.torch_dtype(dtype), generator, device, **accepted(factory, params or {})))
+    absent = [name for name, x in zip(op.inputs, made) if x is None and name not in op.optional]
+    if absent:
+        raise AssertionError(f"op {op.name}: make_inputs gave None for {', '.join(absent)} (case {case.id}), which the op "
+                             f"does not declare optional (Op(optional=...))")  # fmt: skip
+    return made
 
 
 def as_tuple(value: Any) -> tuple[Any, ...]:
@@ -214,7 +219,9 @@ def run_backward_check(
     params = {**op.defaults, **(params or {})}
     problem = backward_problem(op, case, dtype, seed, device, params)
     inputs, outputs, grad_outputs, expected = problem
-    grads = tuple(poison(_gradient_like(inputs[op.inputs.index(g)])) for g in op.grads)
+    # an absent optional input has no gradient: None in its place, as tkreg.ops passes it
+    grads = tuple(_gradient_like(inputs[op.inputs.index(g)]) for g in op.grads)
+    grads = tuple(g if g is None else poison(g) for g in grads)
     context = _context(kernel, op, case, dtype, config, params, seed, device)
     names = (*op.inputs, *(o.name for o in op.outputs), *(f"grad_{o.name}" for o in op.outputs if o.differentiable))
     call = _Call(registry, kernel, (*inputs, *outputs, *grad_outputs), grads, params, config, context, tuple_out=True)
@@ -222,7 +229,8 @@ def run_backward_check(
         return call.refused(seed)
     call.launch(deadline_s, device, f"{kernel.name}[{dtypes.short(dtype)}-{case.id}]")
     tol = op.grad_tolerance(dtype, case)
-    comparisons = {f"gradient of {g!r}": _compare(got, want, tol) for g, got, want in zip(op.grads, grads, expected)}
+    comparisons = {f"gradient of {g!r}": _compare(got, want, tol) for g, got, want in zip(op.grads, grads, expected)
+                   if got is not None}  # fmt: skip
     return call.result(comparisons, names, None, seed)
 
 
@@ -237,7 +245,7 @@ def backward_problem(
     allocated = poisoned_outputs(op, inputs, params)
     for g in op.grads:
         given = inputs[op.inputs.index(g)]
-        if not given.is_floating_point():
+        if given is not None and not given.is_floating_point():
             raise AssertionError(f"op {op.name}: input {g!r} is listed in grads but make_inputs gave {given.dtype}")
     wide = _promoted(inputs, grads=set(op.grads), names=op.inputs)
     with torch.enable_grad():
@@ -251,15 +259,19 @@ def backward_problem(
     grad_outputs = tuple(torch.randn(a.shape, generator=generator, dtype=a.dtype, device=device) for _, _, a in differentiable)
     if not expected:
         return inputs, outputs, grad_outputs, ()
-    targets = [wide[op.inputs.index(g)] for g in op.grads]
-    grads = torch.autograd.grad([r for _, r, _ in differentiable], targets, [g.double() for g in grad_outputs], allow_unused=True)
-    return inputs, outputs, grad_outputs, tuple(torch.zeros_like(t) if e is None else e for t, e in zip(targets, grads))
+    targets = [wide[op.inputs.index(g)] for g in op.grads]  # None for an absent optional input
+    present = [t for t in targets if t is not None]
+    got = iter(torch.autograd.grad([r for _, r, _ in differentiable], present, [g.double() for g in grad_outputs],
+                                   allow_unused=True))  # fmt: skip
+    grads = [None if t is None else next(got) for t in targets]
+    return inputs, outputs, grad_outputs, tuple(e if t is None or e is not None else torch.zeros_like(t)
+                                                for t, e in zip(targets, grads))  # fmt: skip
 
 
 def _gradient_like(t: Any) -> Any:
     import torch
 
-    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    return None if t is None else torch.empty(t.shape, dtype=t.dtype, device=t.device)
 
 
 def _compare(out: Any, ref: Any, tol: Any) -> Comparison:
@@ -345,7 +357,7 @@ def float64_reference(op: Op, inputs: tuple[Any, ...], params: dict[str, Any] | 
     try:
         return as_tuple(reference(*_promoted(inputs), **params))
     except (RuntimeError, NotImplementedError):
-        if all(x.device.type == "cpu" for x in inputs):
+        if all(x is None or x.device.type == "cpu" for x in inputs):
             raise
         return as_tuple(reference(*_promoted(inputs, device="cpu"), **params))
 
@@ -356,6 +368,9 @@ def _promoted(inputs: tuple[Any, ...], device: str | None = None, grads: set[str
     ``grads``), others unchanged."""
     out = []
     for i, x in enumerate(inputs):
+        if x is None:  # an absent optional input
+            out.append(None)
+            continue
         y = x.detach()
         if device is not None:
             y = y.to(device)

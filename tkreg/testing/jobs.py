@@ -231,7 +231,8 @@ def bench_call(registry: Registry, spec: ItemSpec, seed: int) -> Callable[[], No
     if spec.kind == "peer":
         peer = refs.resolve(op.implementation(spec.name.removeprefix("peer-")))
         return _peer_backward(op, peer, inputs, grad_outputs, params, spec.mode == "fwdbwd")
-    grads = tuple(torch.empty_like(inputs[op.inputs.index(g)], memory_format=torch.contiguous_format) for g in op.grads)
+    grads = tuple(None if x is None else torch.empty_like(x, memory_format=torch.contiguous_format)
+                  for x in (inputs[op.inputs.index(g)] for g in op.grads))  # fmt: skip  # None: an absent input
     backward = _kernel_call(registry, spec, (*inputs, *outputs, *grad_outputs), grads, params)
     if isinstance(backward, str) or spec.mode == "bwd":
         return backward
@@ -268,9 +269,9 @@ def _peer_backward(op: Any, peer: Callable[..., Any], inputs: tuple[Any, ...], g
     the forward and backward together (fwdbwd)."""
     import torch
 
-    leaves = tuple(x.detach().requires_grad_(op.inputs[i] in op.grads) if x.is_floating_point() else x
+    leaves = tuple(x.detach().requires_grad_(op.inputs[i] in op.grads) if x is not None and x.is_floating_point() else x
                    for i, x in enumerate(inputs))
-    wrt = [leaves[op.inputs.index(g)] for g in op.grads]
+    wrt = [t for t in (leaves[op.inputs.index(g)] for g in op.grads) if t is not None]  # an absent input has none
     differentiable = [i for i, o in enumerate(op.outputs) if o.differentiable]
 
     def forward() -> list[Any]:

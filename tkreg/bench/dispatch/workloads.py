@@ -203,8 +203,9 @@ def _row_step(registry: Registry, op: Op, sig: Signature) -> dict[str, Any]:
     from ...ops.forms import as_tuple
 
     call, peer = ops.get(op.name), refs.resolve(op.peer)
-    inputs = tuple(t.requires_grad_(name in op.grads) for name, t in zip(op.inputs, make_inputs(registry, sig, seed=3)))
-    leaves = [t for t in inputs if t.requires_grad]
+    inputs = tuple(t if t is None else t.requires_grad_(name in op.grads)
+                   for name, t in zip(op.inputs, make_inputs(registry, sig, seed=3)))  # fmt: skip
+    leaves = [t for t in inputs if t is not None and t.requires_grad]
     grad = torch.randn_like(as_tuple(call(*inputs))[0])
 
     def step(forward: Callable[[], Any]) -> Callable[[], None]:

@@ -176,11 +176,16 @@ struct Room {
 };
 
 // The call's tensors' addresses, in order, into ``into``; false (no exception) where the call does
-// not give as many tensors as the launches take, or one is not a tensor.
+// not give as many tensors as the launches take, or one is not a tensor. None (an absent optional
+// input, which the recorded call had in the same place) is no launch's argument: 0 there.
 bool addresses(Replay* self, PyObject* tensors, uint64_t* into) {
   if (!PyTuple_Check(tensors) || PyTuple_GET_SIZE(tensors) < self->tensors) return false;
   for (Py_ssize_t i = 0; i < self->tensors; ++i) {
     PyObject* item = PyTuple_GET_ITEM(tensors, i);
+    if (item == Py_None) {
+      into[i] = 0;
+      continue;
+    }
     if (!THPVariable_Check(item)) return false;
     into[i] = reinterpret_cast<uint64_t>(THPVariable_Unpack(item).data_ptr());
   }

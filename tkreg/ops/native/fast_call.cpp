@@ -278,8 +278,8 @@ PyObject* planned_call(FastCall* self, PyObject* const* args, Py_ssize_t nargs, 
   if (plan == nullptr) return slow_call(self, args, nargs, kwnames);
   bool wanted = false, ungraded_wanted = false;
   if (at::GradMode::is_enabled()) {
-    for (Py_ssize_t i = 0; i < nargs; ++i) {  // plain tensors: the key checked each one
-      if (THPVariable_Unpack(args[i]).requires_grad()) {
+    for (Py_ssize_t i = 0; i < nargs; ++i) {  // plain tensors or None: the key checked each one
+      if (args[i] != Py_None && THPVariable_Unpack(args[i]).requires_grad()) {
         wanted = true;
         ungraded_wanted = ungraded_wanted || !graded[i];
       }

@@ -20,9 +20,10 @@ struct KeyWords {
   }
 };
 
-// Reads the key words of these arguments into ``into``; false where one is not a plain strided
-// tensor or cannot be read (see plan_key.cpp); never raises. It does not ask whether torch.autocast
-// is on: its callers do (tkreg_packed_key, fast_call).
+// Reads the key words of these arguments into ``into`` (one word for None, an absent optional
+// input); false where one is neither None nor a plain strided tensor, or cannot be read (see
+// plan_key.cpp); never raises. It does not ask whether torch.autocast is on: its callers do
+// (tkreg_packed_key, fast_call).
 bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into);
 
 // The packed plan key of these arguments (bytes: the first ``count`` words of tkreg_key_words),

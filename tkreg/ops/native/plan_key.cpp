@@ -12,7 +12,10 @@
 // alignment class per tensor), so that a plan made without tensors (one an earlier process
 // remembered) is found on the fast path from its first call.
 //
-// key(*tensors) returns None, never raises, where an input is not of a plain type (set with
+// An absent optional input (None) is one word, kAbsent, which no tensor's header equals; pack()
+// writes it for a Python key's five None fields (tkreg/ops/keys.py ABSENT).
+//
+// key(*tensors) returns None, never raises, where an input is neither None nor of a plain type (set with
 // plain(types)), is not strided, carries a conjugate or negative bit, is a dual tensor of
 // forward-mode AD (level 0, the one torch.autograd.forward_ad uses), or cannot be read, and
 // for any tensors while torch.autocast is on: the caller then takes its checked path.
@@ -38,6 +41,8 @@ int plain_count = 0;
 // An address's alignment class: its low bits, as tkreg.core.signature.ALIGNMENT_CLASS_BYTES
 // (set with plain(types, alignment_bytes)).
 uintptr_t alignment_mask = 15;
+// A header's dim sits in bits 32 and up, never negative: no tensor's header is -1.
+constexpr int64_t kAbsent = -1;
 
 }  // namespace
 
@@ -61,6 +66,10 @@ int64_t header(c10::ScalarType dtype, c10::Device device, int64_t dim) {
 // fields are not of those types.
 bool pack_fields(PyObject* const* f, std::vector<int64_t>& words) {
   PyObject *dtype = f[0], *shape = f[1], *strides = f[2], *device = f[3], *align = f[4];
+  if (dtype == Py_None && shape == Py_None && strides == Py_None && device == Py_None && align == Py_None) {
+    words.push_back(kAbsent);
+    return true;
+  }
   if (!THPDtype_Check(dtype) || !PyTuple_Check(shape) || !PyTuple_Check(strides) || !THPDevice_Check(device) ||
       !PyLong_Check(align)) {
     return false;
@@ -99,6 +108,10 @@ bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
   try {
     for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* obj = args[i];
+      if (obj == Py_None) {  // an absent optional input (an op without one plans no such key)
+        into.push(kAbsent);
+        continue;
+      }
       if (!tkreg_is_plain(obj)) return false;
       const at::Tensor& t = THPVariable_Unpack(obj);
       if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) return false;

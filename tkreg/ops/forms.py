@@ -220,8 +220,8 @@ class Form:
     def _not_a_tensor(self, name: str, value: Any) -> str:
         if value is None:  # e.g. a LayerNorm's bias=None, which torch's functions take
             allowed = self.op.optional
-            may = (f"only {_joined(list(allowed))} may be None" if allowed else "it has no optional inputs")
-            return f"{name} must be a torch.Tensor, got None: {self.op.name}'s {may}"
+            may = f"'s only {_joined(list(allowed))} may be None" if allowed else " has no optional inputs"
+            return f"{name} must be a torch.Tensor, got None: {self.op.name}{may}"
         return f"{name} must be a torch.Tensor, got {type(value).__name__}"
 
     @staticmethod

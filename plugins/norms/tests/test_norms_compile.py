@@ -44,3 +44,37 @@ def test_compiles_for_sm_90a_with_the_code_the_plan_relies_on(kernel: Any, confi
         assert registers <= plans.BWD_REGISTERS_PER_THREAD, code.resources
         assert re.search(r"LDGSTS\.E(\.\w+)*\.128", code.sass), "the row loop is not pipelined"
         assert 0 < code.shared <= SMALLEST_SHARED_PER_BLOCK, code.shared
+
+
+# Absent inputs: the launchers pass None for a weight or bias left out (and for its gradient),
+# which triton compiles as a kernel of its own; the aot functions build that specialization from
+# a config's "weight": False / "bias": False. The partial-sum stage runs only where a gradient of
+# a vector is wanted.
+ABSENT = [(True, False), (False, True), (False, False)]  # (weight, bias) present
+ABSENT_ITEMS = [
+    (kernel, {**config, "weight": weight, "bias": bias}, dtype)
+    for kernel in plugin.KERNELS
+    for config in kernel.compile_configs or ()
+    for weight, bias in (ABSENT if kernel.op == "layer_norm" else [(False, False)])
+    if "stage" not in config or weight or (bias and kernel.op == "layer_norm")
+    for dtype in ("bfloat16", "float32")
+]
+
+
+@pytest.mark.parametrize(("kernel", "config", "dtype"), ABSENT_ITEMS,
+                         ids=[f"{k.name}-{'-'.join(f'{a}={b}' for a, b in c.items())}-{d}" for k, c, d in ABSENT_ITEMS])
+def test_the_specializations_without_weight_or_bias_compile_for_sm_90a(kernel: Any, config: dict[str, Any],
+                                                                        dtype: str) -> None:
+    (target,) = kernel.targets
+    code = compile_installed(kernel.name, target.arch, dtype, dict(config))
+    assert "LOCAL:0" in code.resources, code.resources  # no spills
+    if _fused_backward(kernel, config, dtype):
+        # rows are read by 16-byte cp.async; the weight, where present, by 16-byte loads
+        registers = int(re.search(r"REG:(\d+)", code.resources).group(1))  # type: ignore[union-attr]
+        assert registers <= plans.BWD_REGISTERS_PER_THREAD, code.resources
+        assert re.search(r"LDGSTS\.E(\.\w+)*\.128", code.sass), "the row loop is not pipelined"
+        assert 0 < code.shared <= SMALLEST_SHARED_PER_BLOCK, code.shared
+        if not config["weight"]:
+            return
+    check = check_code(code, target)
+    assert check.ok, (check.missing_ptx, check.missing_sass)

@@ -217,3 +217,63 @@ def test_requirements_tell_lookup_which_inputs_the_kernels_take(interpreter: Non
     ]
     assert "grad_y has shape (6, 41)" in checks.backward_inputs_reasons(a["x"], a["weight"], a["y"], a["rstd"],
                                                                          torch.randn(M, N + 1))[0]
+
+
+# -- absent weight and bias (None, as Op.optional allows) ------------------------------------------
+
+# (kind, layer, backward, weight present, bias present): every way an op can leave its vectors out
+ABSENT = [(kind, layer, backward, weight, bias) for kind, layer, backward in KINDS
+          for weight, bias in ([(True, False), (False, True), (False, False)] if layer else [(False, False)])]
+ABSENT_IDS = [f"{k}-{'w' if w else 'no_w'}-{'b' if b else 'no_b'}" if layer else f"{k}-no_w"
+              for k, layer, _, w, b in ABSENT]
+
+
+def _without(layer: bool, backward: bool, weight: bool, bias: bool, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Valid arguments with the weight and/or bias absent (None), and so their gradients."""
+    a = _valid(layer, backward, dtype)
+    for name, present in (("weight", weight), ("bias", bias)):
+        if not present:
+            a[name] = None
+            if backward:
+                a[f"grad_{name}"] = None
+    return a
+
+
+@pytest.mark.parametrize(("kind", "layer", "backward", "weight", "bias"), ABSENT, ids=ABSENT_IDS)
+def test_absent_weight_and_bias_pass_the_full_and_the_fast_checks(
+    interpreter: None, monkeypatch: pytest.MonkeyPatch, kind: str, layer: bool, backward: bool, weight: bool, bias: bool
+) -> None:
+    monkeypatch.setattr(launch_inputs, "FAST_DEVICE_TYPE", "cpu")
+    for dtype in (torch.float32, torch.bfloat16):
+        a = _without(layer, backward, weight, bias, dtype)
+        assert _reasons(layer, backward, a) == [] and _fast(layer, backward, a)
+        vectors = (a["weight"], a["bias"]) if layer else (a["weight"],)
+        if backward:
+            stats = (a["mean"], a["rstd"]) if layer else (a["rstd"],)
+            assert checks.backward_inputs_reasons(a["x"], *vectors, a["y"], *stats, a["grad_y"]) == []
+        else:
+            assert checks.forward_inputs_reasons(a["x"], *vectors) == []
+        # what is wrong beside an absent vector is still named, and never taken by the fast path
+        for what, mutate, message in _mutations(layer, backward):
+            bad = _without(layer, backward, weight, bias, dtype)
+            if any(bad.get(name) is None for name in ("weight", "bias", "grad_weight", "grad_bias") if name in what):
+                continue  # a mutation of the absent vector itself
+            mutate(bad)
+            reasons = " ".join(_reasons(layer, backward, bad))
+            assert reasons and (dtype != torch.float32 or message in reasons), what  # messages name fp32
+            assert not _fast(layer, backward, bad), what
+
+
+@pytest.mark.parametrize(("kind", "layer"), [("rms_norm_bwd", False), ("layer_norm_bwd", True)])
+def test_the_gradient_of_an_absent_input_must_be_none_and_only_then(interpreter: None, kind: str, layer: bool) -> None:
+    names = ("weight", "bias") if layer else ("weight",)
+    for name in names:
+        given = _without(layer, True, name != "weight", name != "bias")
+        given[f"grad_{name}"] = torch.empty(N)  # a gradient for an input the call left out
+        with pytest.raises(tkreg.InputError, match=f"grad_{name} must be None: {name} is None"):
+            _call(layer, True, given)
+        missing = _valid(layer, True)
+        missing[f"grad_{name}"] = None  # no gradient for an input the call passed
+        with pytest.raises(tkreg.InputError, match=f"grad_{name} must be a torch.Tensor"):
+            _call(layer, True, missing)
+        assert not _fast(layer, True, given) and not _fast(layer, True, missing)

@@ -1,7 +1,8 @@
 """The kernels under Triton's CPU interpreter, on what the generated items do not reach: the block
 boundaries of each plan, rows at the fused/looped limits, a decode row, eps at 0 and 1, mixed
 dtypes, broadcast rows, strided outputs and gradients, rows with a large mean, the fast path,
-and the determinism of the weight-gradient reduction (same inputs, same bits).
+the determinism of the weight-gradient reduction (same inputs, same bits), and an absent (None)
+weight or bias in every plan, against torch's functions given the same None.
 
 The interpreter must be on before triton builds the kernels, so the checks run in one fresh
 process (this file run as a script) that prints one JSON object: each check's failure, or null.
@@ -9,6 +10,7 @@ Each check returns a list of problems (empty: it passed)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tkreg
 from tkreg.core.loading import build_registry
@@ -298,6 +301,164 @@ def fast_path_gives_the_same_bits() -> list[str]:
     checks.forward_reasons = original
     launch_inputs.FAST_DEVICE_TYPE = "cuda"
     return problems
+
+
+# -- absent weight and bias (None: nn.RMSNorm(d, elementwise_affine=False), nn.LayerNorm(d,
+# bias=False), nn.LayerNorm(d, elementwise_affine=False)), checked against torch's own functions
+# in float64 with the same None, not against the op's reference.
+
+# Odd widths: fused narrow rows, a width no power of two, rows over several program steps, the
+# looped backward (8193) and the looped forward (16385); with SMALL_BLOCKS every width from 257
+# loops in 256-element chunks.
+ABSENT_SHAPES = ((3, 7), (5, 1000), (33, 100), (2, 8193), (2, 16385))
+# (weight, bias) present, per op: rms_norm has one optional input, layer_norm two
+ABSENT_VECTORS = {False: ((False, False),), True: ((True, False), (False, True), (False, False))}
+
+
+def _maybe(present: bool, t: torch.Tensor) -> torch.Tensor | None:
+    return t if present else None
+
+
+def _torch64(layer: bool, x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """torch's functional norm in float64, on float64 copies (requires_grad kept)."""
+    if layer:
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _stats64(layer: bool, x: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+    """mean and rstd (layer_norm) or rstd, in float64, as (M, 1)."""
+    x = x.double()
+    if layer:
+        var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)
+        return mean, torch.rsqrt(var + eps)
+    return (torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps),)
+
+
+def _wide(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().double().requires_grad_()
+
+
+def _absent_forward(tag: str, layer: bool, x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None,
+                    config: dict[str, Any]) -> list[str]:
+    got = _launch(layer, x, w, b, 1e-5, **config)  # outputs poisoned with NaN first
+    want = (_torch64(layer, x.double(), _wide(w), _wide(b), 1e-5).detach(), *_stats64(layer, x, 1e-5))
+    return _compare(tag, got, want, layer)
+
+
+def _absent_backward(tag: str, layer: bool, x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None,
+                     dy: torch.Tensor, config: dict[str, Any]) -> list[str]:
+    """dx (and dw, db where present) against float64 autograd of torch's function; the gradient
+    slots of absent inputs are None and stay None."""
+    from tkreg_norms import launch, plugin
+
+    from tkreg.testing.checking import compare
+
+    m, n = x.shape
+    stats = tuple(s.float() for s in _stats64(layer, x, 1e-5))
+    grads = _poisoned(torch.empty(m, n, dtype=x.dtype), *(torch.empty(n, dtype=v.dtype) for v in (w, b) if v is not None))
+    slots = iter(grads)
+    out = tuple(next(slots) if v is not None or i == 0 else None for i, v in enumerate((x, w, b) if layer else (x, w)))
+    if layer:
+        returned = launch.layer_norm_backward(x, w, b, None, *stats, dy, out=out, eps=1e-5, **config)
+    else:
+        returned = launch.rms_norm_backward(x, w, None, *stats, dy, out=out, eps=1e-5, **config)
+    problems = [] if returned is out else [f"{tag}: the backward did not return its out"]
+    leaves = [_wide(t) for t in (x, w, b)]  # rms_norm's b is None
+    y = _torch64(layer, *leaves, 1e-5)
+    present = [(name, got, leaf) for name, got, leaf in zip(("dx", "dw", "db"), out, leaves) if leaf is not None]
+    wants = torch.autograd.grad(y, [leaf for _, _, leaf in present], dy.double())
+    tol = plugin.LAYER_NORM.grad_tolerance(dtype_name(x), case(M=m, N=n))
+    for (name, got, _), want in zip(present, wants):
+        if got is None:
+            problems.append(f"{tag}: {name} is None")
+            continue
+        result = compare(got, want.to(got.dtype).double(), tol)
+        if not result.ok:
+            problems.append(f"{tag} {name}: {result.report()}")
+    return problems
+
+
+@check
+def absent_weight_and_bias() -> list[str]:
+    """Forward and backward launchers with the weight and/or bias None, every plan (fused and
+    looped, one program and partial sums over several), fp32 and bf16."""
+    problems = []
+    g = torch.Generator().manual_seed(10)
+    for layer, vectors in ABSENT_VECTORS.items():
+        for (m, n), config, dtype, (weight, bias) in itertools.product(
+                ABSENT_SHAPES, ({}, SMALL_BLOCKS), (torch.float32, torch.bfloat16), vectors):
+            x, dy = torch.randn(m, n, generator=g).to(dtype), torch.randn(m, n, generator=g).to(dtype)
+            w = _maybe(weight, torch.randn(n, generator=g).to(dtype))
+            b = _maybe(bias and layer, torch.randn(n, generator=g).to(dtype))
+            tag = f"layer={layer} {m}x{n} {dtype} weight={weight} bias={bias and layer} {config}"
+            problems += _absent_forward(tag, layer, x, w, b, config)
+            problems += _absent_backward(tag, layer, x, w, b, dy, {**config, "programs": 3} if config else {})
+    return problems
+
+
+@check
+def absent_inputs_take_the_fast_path() -> list[str]:
+    """With None for the weight or bias, the fast checks take the call as with tensors: the first
+    call of an op's row width plans it (full checks), later ones skip them, with or without the
+    vectors (the plan does not depend on them), with the same bits; the backward gives the same
+    bits twice."""
+    from tkreg_norms import checks, launch
+
+    from tkreg.launch import inputs as launch_inputs
+
+    launch_inputs.FAST_DEVICE_TYPE = "cpu"
+    launch._FAST_FORWARD.clear()
+    full_checks: list[int] = []
+    original = checks.forward_reasons
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        full_checks.append(1)
+        return original(*args, **kwargs)
+
+    checks.forward_reasons = counted
+    problems = []
+    g = torch.Generator().manual_seed(11)
+    try:
+        for layer, vectors in ABSENT_VECTORS.items():
+            for n, (weight, bias) in itertools.product((300, 16385), vectors):
+                x, dy = torch.randn(4, n, generator=g).bfloat16(), torch.randn(4, n, generator=g).bfloat16()
+                w = _maybe(weight, torch.nn.Parameter(torch.randn(n, generator=g).bfloat16()))
+                b = _maybe(bias and layer, torch.randn(n, generator=g).bfloat16())
+                tag = f"layer={layer} N={n} weight={weight} bias={bias and layer}"
+                before, planned = len(full_checks), (layer, n, torch.bfloat16) in launch._FAST_FORWARD
+                first, second = _launch(layer, x, w, b, 1e-5), _launch(layer, x, w, b, 1e-5)
+                if len(full_checks) - before != (0 if planned else 1):
+                    problems.append(f"{tag}: {len(full_checks) - before} full checks for two calls; expected "
+                                    f"{0 if planned else 1}")
+                if not all(torch.equal(p, q) for p, q in zip(first, second)):
+                    problems.append(f"{tag}: the fast path's output differs")
+                if layer and weight:  # the same width with every vector present, on the same plan
+                    full = _launch(layer, x, w, torch.zeros(n).bfloat16(), 1e-5)
+                    if not torch.equal(full[0], first[0]):
+                        problems.append(f"{tag}: a zero bias gives other values than none")
+                runs = []
+                for _ in range(2):
+                    out = _poisoned(torch.empty(4, n).bfloat16(), *(torch.empty(n).bfloat16() for v in (w, b) if v is not None))
+                    slots = iter(out)
+                    grads = tuple(next(slots) if i == 0 or v is not None else None
+                                  for i, v in enumerate((x, w, b) if layer else (x, w)))
+                    runs.append(_backward_without(layer, x, w, b, first, dy, grads))
+                if not all(torch.equal(p, q) for p, q in zip(*runs) if p is not None):
+                    problems.append(f"{tag}: two backward calls differ")
+    finally:
+        checks.forward_reasons = original
+        launch_inputs.FAST_DEVICE_TYPE = "cuda"
+    return problems
+
+
+def _backward_without(layer: bool, x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None,
+                      forward: tuple[torch.Tensor, ...], dy: torch.Tensor, out: tuple[Any, ...]) -> tuple[Any, ...]:
+    from tkreg_norms import launch
+
+    if layer:
+        return launch.layer_norm_backward(x, w, b, forward[0], forward[1], forward[2], dy, out=out, eps=1e-5)
+    return launch.rms_norm_backward(x, w, forward[0], forward[1], dy, out=out, eps=1e-5)
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,9 @@ def _close(what: str, got: torch.Tensor, want: torch.Tensor, tol: Any) -> list[s
     return [] if result.ok else [f"{what}: {result.report()}"]
 
 
-def _check(name: str, dtype: torch.dtype, eps: float, compiled: bool) -> list[str]:
+def _check(name: str, dtype: torch.dtype, eps: float, compiled: bool, absent: tuple[str, ...] = ()) -> list[str]:
+    """One call of tkreg.ops.<name> on 3-D inputs, its y and gradients against torch's in float64;
+    the inputs named in ``absent`` are passed as None (Op.optional), to torch too."""
     from tkreg_norms import plugin
 
     import tkreg
@@ -66,20 +68,25 @@ def _check(name: str, dtype: torch.dtype, eps: float, compiled: bool) -> list[st
     g = torch.Generator().manual_seed(11)
     shape = (2, 3, 300)
     tensors = [torch.randn(*shape, generator=g), *(torch.randn(300, generator=g) for _ in op.inputs[1:])]
-    leaves = [t.to(dtype).requires_grad_() for t in tensors]
+    leaves = [None if n in absent else t.to(dtype).requires_grad_() for n, t in zip(op.inputs, tensors)]
     fn = getattr(tkreg.ops, name)
+    if compiled:
+        # every check's lambda is one code object: without a reset its graphs (one per dtype and
+        # absent input) would pass dynamo's recompile limit (8), which fullgraph=True makes an error
+        torch._dynamo.reset()
     call = torch.compile(lambda *t: fn(*t, eps=eps), fullgraph=True) if compiled else (lambda *t: fn(*t, eps=eps))
     y = call(*leaves)
-    wide = [t.detach().double().requires_grad_() for t in leaves]
+    wide = [None if t is None else t.detach().double().requires_grad_() for t in leaves]
     want = F.layer_norm(*wide[:1], (300,), *wide[1:], eps) if layer else F.rms_norm(wide[0], (300,), wide[1], eps)
-    tag = f"{name} {dtype} eps={eps} compiled={compiled}"
+    tag = f"{name} {dtype} eps={eps} compiled={compiled}" + (f" without {', '.join(absent)}" if absent else "")
     case = plugin.CASES[0]
     problems = [] if y.shape == shape else [f"{tag}: y has shape {tuple(y.shape)}"]
     problems += _close(f"{tag} y", y, want, op.tolerance(str(dtype).removeprefix("torch."), case))
     dy = torch.randn(*shape, generator=g).to(dtype)
-    grads = torch.autograd.grad(y, leaves, dy)
-    wants = torch.autograd.grad(want, wide, dy.double())
-    for input_name, got, expected in zip(op.inputs, grads, wants):
+    present = [i for i, t in enumerate(leaves) if t is not None]
+    grads = torch.autograd.grad(y, [leaves[i] for i in present], dy)
+    wants = torch.autograd.grad(want, [wide[i] for i in present], dy.double())
+    for input_name, got, expected in zip([op.inputs[i] for i in present], grads, wants):
         problems += _close(f"{tag} grad {input_name}", got, expected, op.grad_tolerance(str(dtype).removeprefix("torch."), case))
     return problems
 
@@ -104,7 +111,31 @@ def run_checks() -> dict[str, Any]:
             if not any(kernel in line and "peer" not in line for line in calls.lines):
                 problems.append(f"tkreg.ops.{name} never called {kernel}; its log: {calls.lines}")
     problems += _refused_inputs_fall_back()
-    return {"problems": problems, "log": calls.lines}
+    return {"problems": problems, "absent": _absent_inputs(calls), "log": calls.lines}
+
+
+# rms_norm's weight, layer_norm's bias or both vectors left out: nn.RMSNorm(d,
+# elementwise_affine=False), nn.LayerNorm(d, bias=False), nn.LayerNorm(d, elementwise_affine=False)
+ABSENT = (("rms_norm", ("weight",)), ("layer_norm", ("bias",)), ("layer_norm", ("weight", "bias")))
+
+
+def _absent_inputs(calls: _Calls) -> list[str]:
+    """tkreg.ops with None for optional inputs runs this plugin's kernels (a peer fallback is an
+    error here too), forward and backward, and matches torch given the same None."""
+    problems: list[str] = []
+    for name, absent in ABSENT:
+        before = len(calls.lines)
+        for dtype in (torch.float32, torch.bfloat16):
+            for compiled in (False, True):
+                try:
+                    problems += _check(name, dtype, 1e-5, compiled, absent)
+                except Exception as e:  # the next combination still runs; the first error says why
+                    problems.append(f"{name} without {', '.join(absent)} {dtype} compiled={compiled}: {e!r}")
+        lines = calls.lines[before:]
+        for kernel in (f"{name}_triton", f"{name}_bwd_triton"):
+            if not any(kernel in line and "peer" not in line for line in lines):
+                problems.append(f"tkreg.ops.{name} without {', '.join(absent)} never called {kernel}; its log: {lines}")
+    return problems
 
 
 def _refused_inputs_fall_back() -> list[str]:
@@ -139,6 +170,13 @@ def test_tkreg_ops_match_torch_with_autograd_and_torch_compile_on_3d_inputs(outc
     if "skip" in outcome:
         pytest.skip(outcome["skip"])
     assert not outcome["problems"], "\n".join(outcome["problems"])
+
+
+@runs_the_interpreter
+def test_tkreg_ops_take_none_for_an_absent_weight_or_bias_and_run_the_kernels(outcome: dict[str, Any]) -> None:
+    if "skip" in outcome:
+        pytest.skip(outcome["skip"])
+    assert not outcome.get("absent", ["the checks did not run"]), "\n".join(outcome.get("absent", []))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from tkreg.core.loading import build_registry
 from tkreg.core.tolerances import UNIT_ROUNDOFF
 
 OPS = ("rms_norm", "layer_norm")
+CHECKED = [c for op in (plugin.RMS_NORM, plugin.LAYER_NORM) for c in op.cases if "bench" not in c.sets]
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMS = (None, 78, 132)  # the interpreter, a smaller GPU, an H100 SXM
 
@@ -58,6 +59,8 @@ def test_the_ops_declare_inputs_parameters_outputs_and_gradients() -> None:
     rms, ln = plugin.RMS_NORM, plugin.LAYER_NORM
     assert rms.inputs == ("x", "weight") and ln.inputs == ("x", "weight", "bias")
     assert rms.grads == rms.inputs and ln.grads == ln.inputs
+    # as torch's functions: nn.RMSNorm(d, elementwise_affine=False), nn.LayerNorm(d, bias=False)
+    assert rms.optional == ("weight",) and ln.optional == ("weight", "bias")
     assert rms.param("eps").default == 1e-6 and ln.param("eps").default == 1e-5
     for op in (rms, ln):
         assert len(op.param("eps").values) >= 2
@@ -83,21 +86,33 @@ def test_cases_cover_odd_shapes_long_rows_strides_and_the_benchmarks(op: tkreg.O
     assert {(1, 1, ""), (3, 7, ""), (5, 1000, "")} <= default
     assert any(n > 65536 for _, n, _ in default)  # looped rows, under the interpreter too
     assert {"padded", "offset"} <= {v for _, _, v in default}
-    assert _shapes(op, "bench") == {(4096, 4096, ""), (16384, 8192, ""), (4096, 5120, ""), (4096, 8192, ""),
-                                     (16384, 4096, ""), (16384, 5120, ""), (1, 4096, "")}
+    bench = {(4096, 4096, ""), (16384, 8192, ""), (4096, 5120, ""), (4096, 8192, ""), (16384, 4096, ""),
+             (16384, 5120, ""), (1, 4096, "")}
+    assert _shapes(op, "bench") == bench | ({(4096, 4096, "no_bias")} if op is plugin.LAYER_NORM else set())
     for c in op.cases:  # the big correctness cases run on a GPU (and --tkreg-full), never by default
         assert c.sets in (("default", "full"), ("gpu", "full"), ("bench",))
     assert set(op.bench_dtypes) == set(op.dtypes)
 
 
+@pytest.mark.parametrize(("op", "absent"), [(plugin.RMS_NORM, {"no_weight"}), (plugin.LAYER_NORM, {"no_bias", "no_affine"})],
+                         ids=OPS)
+def test_cases_leave_out_the_optional_inputs_under_the_interpreter_and_on_a_gpu(op: tkreg.Op, absent: set[str]) -> None:
+    default, gpu = _shapes(op, "default"), _shapes(op, "gpu")
+    for variant in absent:
+        assert {(m, n) for m, n, v in default if v == variant} & {(3, 7), (5, 1000), (33, 100)}, variant
+        assert variant in {v for _, _, v in gpu}, variant
+    assert any(n > 8192 for _, n, v in default if v in absent)  # the looped backward
+    assert len({c.id for c in op.cases}) == len(op.cases)
+
+
 def test_default_cases_stay_small_enough_for_the_interpreter() -> None:
     # every default item interprets in about 2 s or less (2026-11-25, 2 cores); the largest row
     # count x width bounds the work per item
-    assert max(c["M"] * c["N"] for c in plugin.CASES if "default" in c.sets) <= 140_000
+    assert max(c["M"] * c["N"] for op in (plugin.RMS_NORM, plugin.LAYER_NORM) for c in op.cases_in("default")) <= 140_000
 
 
 def test_no_checked_case_has_more_rows_than_the_gradient_tolerance_assumes() -> None:
-    assert max(c["M"] for c in plugin.CASES if "bench" not in c.sets) <= tol.MAX_ROWS
+    assert max(c["M"] for c in CHECKED) <= tol.MAX_ROWS
 
 
 def _plan_args(config: dict[str, Any]) -> dict[str, Any]:
@@ -107,8 +122,7 @@ def _plan_args(config: dict[str, Any]) -> dict[str, Any]:
 def test_every_row_sum_of_every_plan_stays_within_the_tolerances_chain_length() -> None:
     """tolerances.SUM_DEPTH and ROW_CHAIN bound the fp32 addition chains the kernels run, for
     every checked case, dtype, test config and SM count."""
-    checked = [c for c in plugin.CASES if "bench" not in c.sets]
-    for c in checked:
+    for c in CHECKED:
         m, n = c["M"], c["N"]
         for itemsize in (4, 2):
             for config in plugin.FORWARD_CONFIGS:

@@ -3,9 +3,10 @@ tkreg.InputError before any launch, and the kernels' ``Requirements(inputs=...)`
 lookup and tkreg.ops (which then call the peer instead). Duck-typed; imports no torch.
 
 The kernels take 2-D x (M, N) with unit column stride and any row stride, a contiguous weight (and
-bias) of N elements, fp32/fp16/bf16 in any mix, on one CUDA device (or the CPU under
-TRITON_INTERPRET=1). Outputs are written where the caller says, so they must not overlap: rows of
-y and dx at least N apart, the statistics contiguous.
+bias) of N elements or None (absent, as Op.optional allows: ones, zeros), fp32/fp16/bf16 in any
+mix, on one CUDA device (or the CPU under TRITON_INTERPRET=1). Outputs are written where the caller
+says, so they must not overlap: rows of y and dx at least N apart, the statistics contiguous. The
+gradient of an absent weight or bias is None, and only then.
 """
 
 from __future__ import annotations
@@ -88,16 +89,20 @@ def _eps_reasons(eps: Any) -> list[str]:
     return []
 
 
+def _absent_or_vector(t: Any, name: str, n: int) -> list[str]:
+    """A weight or bias: absent (None) or a vector of N."""
+    return [] if t is None else vector_reasons(t, name, n)
+
+
 def forward_inputs_reasons(x: Any, weight: Any, bias: Any = None) -> list[str]:
     """Requirements.inputs of the forward kernels: what stops them from taking x, weight (and
-    bias), on this machine."""
+    bias), on this machine. A None weight or bias is absent, which the kernels take."""
     reasons = rows_reasons(x, "x")
     if reasons:
-        return reasons + ([] if is_tensor(weight) else ["weight must be a torch.Tensor"])
+        return reasons + ([] if weight is None or is_tensor(weight) else ["weight must be a torch.Tensor"])
     n = x.shape[1]
-    reasons += vector_reasons(weight, "weight", n)
-    if bias is not None:
-        reasons += vector_reasons(bias, "bias", n)
+    reasons += _absent_or_vector(weight, "weight", n)
+    reasons += _absent_or_vector(bias, "bias", n)
     named = _named(("x", "weight", "bias"), (x, weight, bias))
     return reasons + device_reasons(named, interpretable=True)
 
@@ -105,8 +110,6 @@ def forward_inputs_reasons(x: Any, weight: Any, bias: Any = None) -> list[str]:
 def forward_reasons(x: Any, weight: Any, bias: Any, out: Any, eps: Any, *, layer: bool) -> list[str]:
     """Everything wrong with a forward launcher's call (empty: it can launch)."""
     reasons = forward_inputs_reasons(x, weight, bias if layer else None) + _eps_reasons(eps)
-    if layer and bias is None:
-        reasons.append("layer_norm needs a bias")
     outs, problems = _outputs(out, ("y", "mean", "rstd") if layer else ("y", "rstd"))
     if outs is None or rows_reasons(x, "x"):
         return reasons + problems  # the outputs are checked against x
@@ -134,18 +137,26 @@ def backward_inputs_reasons(x: Any, weight: Any, *rest: Any) -> list[str]:
     return reasons + device_reasons(_named(("x", *names, "grad_y"), (x, *stats, grad_y)), interpretable=True)
 
 
+def _grad_reasons(grad: Any, name: str, vector: Any, vector_name: str, n: int) -> list[str]:
+    """The gradient of a weight or bias: None where that is absent (nothing to write), else a
+    vector of N in its dtype."""
+    if vector is None:
+        return [] if grad is None else [f"{name} must be None: {vector_name} is None (absent), it has no gradient"]
+    return vector_reasons(grad, name, n, _dtype_name(vector))
+
+
 def backward_reasons(x: Any, weight: Any, bias: Any, mean: Any, rstd: Any, grad_y: Any, out: Any, *,
                      layer: bool) -> list[str]:
     """Everything wrong with a backward launcher's call."""
     stats = (mean, rstd) if layer else (rstd,)
     reasons = backward_inputs_reasons(x, weight, *((bias, None) if layer else (None,)), *stats, grad_y)
     outs, problems = _outputs(out, ("grad_x", "grad_weight", "grad_bias") if layer else ("grad_x", "grad_weight"))
-    if outs is None or rows_reasons(x, "x") or vector_reasons(weight, "weight", x.shape[1]) or (
-            layer and vector_reasons(bias, "bias", x.shape[1])):
+    if outs is None or rows_reasons(x, "x") or _absent_or_vector(weight, "weight", x.shape[1]) or (
+            layer and _absent_or_vector(bias, "bias", x.shape[1])):
         return reasons + problems  # the gradients are checked against x, the weight and the bias
     m, n = x.shape
     reasons += rows_reasons(outs[0], "grad_x", (m, n), _dtype_name(x), output=True)
-    reasons += vector_reasons(outs[1], "grad_weight", n, _dtype_name(weight))
+    reasons += _grad_reasons(outs[1], "grad_weight", weight, "weight", n)
     if layer:
-        reasons += vector_reasons(outs[2], "grad_bias", n, _dtype_name(bias))
+        reasons += _grad_reasons(outs[2], "grad_bias", bias, "bias", n)
     return reasons + device_reasons(_named(("x", "grad_x", "grad_weight", "grad_bias"), (x, *outs)), interpretable=True)

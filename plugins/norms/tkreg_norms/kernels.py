@@ -1,11 +1,19 @@
 """The Triton kernels of rms_norm and layer_norm, forward and backward: one source for both ops,
 where the constexpr LAYER adds what layer_norm has beyond rms_norm (centring on the row mean, the
-bias, the mean as a statistic, the bias gradient). Everything is computed in fp32 from inputs read
-in their own dtype, and each output is rounded once, when it is stored.
+mean as a statistic). Everything is computed in fp32 from inputs read in their own dtype, and each
+output is rounded once, when it is stored.
+
+Absent inputs (Op.optional: a LayerNorm without bias, a norm without elementwise affine) arrive as
+None: triton specializes a None argument as a constexpr, so ``W is not None`` (and B, DW, DB, PW,
+PB) is decided at compile time, selects its own compiled kernel (and the Launcher's cache entry,
+which keys on triton's specialization), and an absent vector is neither read nor written. Where
+the weight is absent it counts as ones (y = xhat, dx from dy alone); where the bias is absent, as
+zeros; where a gradient is None its sums are not formed. rms_norm passes None for the bias and its
+gradient.
 
 Which kernel runs for which row width, with which blocks and warps, is :mod:`tkreg_norms.plans`;
 the launchers are :mod:`tkreg_norms.launch`. Weight, bias and their gradients are contiguous
-vectors; rows of x, y, dy and dx have unit column stride and any row stride.
+vectors (or None); rows of x, y, dy and dx have unit column stride and any row stride.
 
 - ``rms_fwd_fused`` / ``ln_fwd_fused``: a tile of ROWS rows x BLOCK_N columns (BLOCK_N >= N) is
   read once and kept in registers: statistics, then the output. x is read once.
@@ -47,9 +55,10 @@ def _fwd_fused(X, W, B, Y, MEAN, RSTD, M, N, stride_xm, stride_ym, eps,
         x = tl.where(mask, x - mean[:, None], 0.0)  # padding columns must not add to the variance
     rstd = _inverse_rms(tl.sum(x * x, axis=1) / N, eps)
     tl.store(RSTD + rows, rstd, mask=row_ok)
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    y = x * rstd[:, None] * w[None, :]
-    if LAYER:
+    y = x * rstd[:, None]
+    if W is not None:
+        y *= tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if B is not None:
         y += tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(Y + r * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -92,11 +101,14 @@ def _fwd_looped(X, W, B, Y, MEAN, RSTD, N, stride_xm, stride_ym, eps, LAYER: tl.
         c = start + cols
         mask = c < N
         x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(W + c, mask=mask, other=0.0).to(tl.float32)
         if LAYER:
-            y = (x - mean) * rstd * w + tl.load(B + c, mask=mask, other=0.0).to(tl.float32)
+            y = (x - mean) * rstd
         else:
-            y = x * rstd * w
+            y = x * rstd
+        if W is not None:
+            y *= tl.load(W + c, mask=mask, other=0.0).to(tl.float32)
+        if B is not None:
+            y += tl.load(B + c, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -104,7 +116,7 @@ def _fwd_looped(X, W, B, Y, MEAN, RSTD, N, stride_xm, stride_ym, eps, LAYER: tl.
 # time on every launch (triton specializes each one), and a decode step's launch is all host time.
 @triton.jit
 def rms_fwd_fused(X, W, Y, RSTD, M, N, stride_xm, stride_ym, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    _fwd_fused(X, W, W, Y, RSTD, RSTD, M, N, stride_xm, stride_ym, eps, False, ROWS, BLOCK_N)
+    _fwd_fused(X, W, None, Y, RSTD, RSTD, M, N, stride_xm, stride_ym, eps, False, ROWS, BLOCK_N)
 
 
 @triton.jit
@@ -114,7 +126,7 @@ def ln_fwd_fused(X, W, B, Y, MEAN, RSTD, M, N, stride_xm, stride_ym, eps, ROWS: 
 
 @triton.jit
 def rms_fwd_looped(X, W, Y, RSTD, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    _fwd_looped(X, W, W, Y, RSTD, RSTD, N, stride_xm, stride_ym, eps, False, BLOCK_N)
+    _fwd_looped(X, W, None, Y, RSTD, RSTD, N, stride_xm, stride_ym, eps, False, BLOCK_N)
 
 
 @triton.jit
@@ -130,15 +142,17 @@ def norm_bwd_fused(
 ):
     """Rows [pid * rows_per_program, ...) in steps of ROWS. DW/DB get this program's sums as row
     ``pid`` of an fp32 (programs, N) partial buffer, or are the gradients themselves when one
-    program takes every row. With NUM_STAGES >= 2 triton pipelines the row loop: the next rows'
-    x and dy are copied to shared memory (16-byte cp.async) while this step computes, so a
-    program always has loads in flight, and x and dy wait there instead of in registers."""
+    program takes every row (None: that gradient is not wanted, its sums are not formed). With
+    NUM_STAGES >= 2 triton pipelines the row loop: the next rows' x and dy are copied to shared
+    memory (16-byte cp.async) while this step computes, so a program always has loads in flight,
+    and x and dy wait there instead of in registers."""
     pid = tl.program_id(0)
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, M)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    if W is not None:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     db = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for start in tl.range(first, last, ROWS, num_stages=NUM_STAGES):
@@ -154,19 +168,24 @@ def norm_bwd_fused(
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         else:
             xhat = x * rstd[:, None]
-        wdy = w[None, :] * dy
+        wdy = dy
+        if W is not None:
+            wdy = w[None, :] * dy
         c1 = tl.sum(xhat * wdy, axis=1) / N
         if LAYER:
             c2 = tl.sum(wdy, axis=1) / N
             dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
-            db += dy
         else:
             dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
         tl.store(DX + r * stride_dxm + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        dw += dy * xhat
+        if DW is not None:
+            dw += dy * xhat
+        if DB is not None:
+            db += dy
     part = pid.to(tl.int64) * N
-    tl.store(DW + part + cols, tl.sum(dw, axis=0).to(DW.dtype.element_ty), mask=col_ok)
-    if LAYER:
+    if DW is not None:
+        tl.store(DW + part + cols, tl.sum(dw, axis=0).to(DW.dtype.element_ty), mask=col_ok)
+    if DB is not None:
         tl.store(DB + part + cols, tl.sum(db, axis=0).to(DB.dtype.element_ty), mask=col_ok)
 
 
@@ -178,13 +197,13 @@ def norm_bwd_looped(
 ):
     """Rows too long for registers: each row is walked twice in BLOCK_N chunks (the row sums dx
     needs, then dx), and the program's fp32 partial sums (row ``pid`` of the (programs, N)
-    buffers PW/PB) are read, added to and written back chunk by chunk, one row after the other."""
+    buffers PW/PB, each None where its gradient is not wanted) are read, added to and written
+    back chunk by chunk, one row after the other."""
     pid = tl.program_id(0)
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, M)
     cols = tl.arange(0, BLOCK_N)
-    pw_row = PW + pid.to(tl.int64) * N
-    pb_row = PB + pid.to(tl.int64) * N
+    part = pid.to(tl.int64) * N
     for row in range(first, last):
         r = tl.cast(row, tl.int64)  # the loop index is a Python int under the interpreter
         x_row = X + r * stride_xm
@@ -201,8 +220,9 @@ def norm_bwd_looped(
             mask = c < N
             x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + c, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(W + c, mask=mask, other=0.0).to(tl.float32)
-            wdy = w * dy
+            wdy = dy
+            if W is not None:
+                wdy = tl.load(W + c, mask=mask, other=0.0).to(tl.float32) * dy
             acc1 += (x - mean) * rstd * wdy  # zero where masked: wdy is
             if LAYER:
                 acc2 += wdy
@@ -214,19 +234,21 @@ def norm_bwd_looped(
             mask = c < N
             x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + c, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(W + c, mask=mask, other=0.0).to(tl.float32)
             xhat = (x - mean) * rstd
-            wdy = w * dy
+            wdy = dy
+            if W is not None:
+                wdy = tl.load(W + c, mask=mask, other=0.0).to(tl.float32) * dy
             if LAYER:
                 dx = (wdy - (xhat * c1 + c2)) * rstd
             else:
                 dx = (wdy - xhat * c1) * rstd
             tl.store(dx_row + c, dx.to(DX.dtype.element_ty), mask=mask)
-            pw = tl.load(pw_row + c, mask=mask & earlier, other=0.0)
-            tl.store(pw_row + c, pw + dy * xhat, mask=mask)
-            if LAYER:
-                pb = tl.load(pb_row + c, mask=mask & earlier, other=0.0)
-                tl.store(pb_row + c, pb + dy, mask=mask)
+            if PW is not None:
+                pw = tl.load(PW + part + c, mask=mask & earlier, other=0.0)
+                tl.store(PW + part + c, pw + dy * xhat, mask=mask)
+            if PB is not None:
+                pb = tl.load(PB + part + c, mask=mask & earlier, other=0.0)
+                tl.store(PB + part + c, pb + dy, mask=mask)
         # The next row reads back what this one stored. Where a block is narrower than the
         # program's threads, the thread that reads an element may not be the one that stored
         # it: the barrier makes every store visible first.
@@ -234,13 +256,10 @@ def norm_bwd_looped(
 
 
 @triton.jit
-def sum_partials(
-    PW, PB, DW, DB, P, N,
-    LAYER: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-):
-    """dw[cols] = sum over p of PW[p, cols] (and db from PB; both (P, N)), BLOCK_C columns per
-    program, the P rows added in a fixed order: tiles of BLOCK_P rows in turn, then one tree
-    over the tile."""
+def sum_partials(PW, PB, DW, DB, P, N, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dw[cols] = sum over p of PW[p, cols] and db from PB (both (P, N); each pair None where
+    that gradient is not wanted), BLOCK_C columns per program, the P rows added in a fixed
+    order: tiles of BLOCK_P rows in turn, then one tree over the tile."""
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < N
     acc_w = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
@@ -249,9 +268,11 @@ def sum_partials(
         ps = p0 + tl.arange(0, BLOCK_P)
         mask = (ps < P)[:, None] & col_ok[None, :]
         offs = ps.to(tl.int64)[:, None] * N + cols[None, :]
-        acc_w += tl.load(PW + offs, mask=mask, other=0.0)
-        if LAYER:
+        if PW is not None:
+            acc_w += tl.load(PW + offs, mask=mask, other=0.0)
+        if PB is not None:
             acc_b += tl.load(PB + offs, mask=mask, other=0.0)
-    tl.store(DW + cols, tl.sum(acc_w, axis=0).to(DW.dtype.element_ty), mask=col_ok)
-    if LAYER:
+    if DW is not None:
+        tl.store(DW + cols, tl.sum(acc_w, axis=0).to(DW.dtype.element_ty), mask=col_ok)
+    if DB is not None:
         tl.store(DB + cols, tl.sum(acc_b, axis=0).to(DB.dtype.element_ty), mask=col_ok)

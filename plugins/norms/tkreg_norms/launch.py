@@ -9,7 +9,9 @@ then a plan cached per (row width, dtype) launches through tkreg.launch.fastlaun
 triton's per-call binding once a specialization has run. Anything the fast path does not accept,
 any config, and the first call of a row width take the slow path: the full checks, which name
 everything wrong, and the plan. Row strides and alignment need no key of ours: triton specializes
-on them and fastlaunch keys on triton's specialization.
+on them and fastlaunch keys on triton's specialization. So do absent inputs: a None weight, bias or
+gradient is passed to the kernel as None, which triton specializes as a constexpr (a compiled
+kernel of its own, and a Launcher entry of its own).
 """
 
 from __future__ import annotations
@@ -44,12 +46,19 @@ def _fast_device(x: Any) -> int | None:
     return None
 
 
+def _plain_vector(v: Any, n: int, device: int) -> bool:
+    """A weight or bias plainly passes its checks: absent (None), or a contiguous float tensor of
+    N on the device."""
+    return v is None or (type(v) in _PLAIN and v.dtype in _FLOATS and v.shape == (n,) and v.is_contiguous()
+                         and v.get_device() == device)
+
+
 def _plain_rows(x: Any, w: Any, y: Any, rstd: Any) -> tuple[int, int, int, int, int] | None:
     """(M, N, x's row stride, y's row stride, device index) when x, w, y and rstd plainly pass
     their full checks (checks.forward_reasons): plain tensors on one fast device, 2-D x and y of
     one shape and a float dtype with unit column stride, y's rows not overlapping, a contiguous
-    float weight of N, a contiguous fp32 rstd of (M, 1). None: run the full checks."""
-    if type(x) is not _TENSOR or type(y) is not _TENSOR or type(rstd) is not _TENSOR or type(w) not in _PLAIN:
+    float weight of N or none, a contiguous fp32 rstd of (M, 1). None: run the full checks."""
+    if type(x) is not _TENSOR or type(y) is not _TENSOR or type(rstd) is not _TENSOR:
         return None
     shape = x.shape
     if len(shape) != 2:
@@ -57,34 +66,39 @@ def _plain_rows(x: Any, w: Any, y: Any, rstd: Any) -> tuple[int, int, int, int, 
     m, n = shape
     dtype = x.dtype
     if (not m or not n or n > checks.MAX_N or dtype not in _FLOATS or y.dtype is not dtype or rstd.dtype is not _F32
-            or w.dtype not in _FLOATS or y.shape != shape or w.shape != (n,) or rstd.shape != (m, 1)
-            or not w.is_contiguous() or not rstd.is_contiguous()):
+            or y.shape != shape or rstd.shape != (m, 1) or not rstd.is_contiguous()):
         return None
     sx, cx = x.stride()
     sy, cy = y.stride()
     if cx != 1 or cy != 1 or (sy < n and m > 1):
         return None
     device = _fast_device(x)
-    if device is None or y.get_device() != device or w.get_device() != device or rstd.get_device() != device:
+    if device is None or y.get_device() != device or rstd.get_device() != device or not _plain_vector(w, n, device):
         return None
     return m, n, sx, sy, device
 
 
 def _plain_layer(b: Any, mean: Any, m: int, n: int, device: int) -> bool:
-    """The bias and mean of layer_norm plainly pass their checks (the rest passed _plain_rows)."""
-    return (type(b) in _PLAIN and type(mean) is _TENSOR and b.dtype in _FLOATS and mean.dtype is _F32
-            and b.shape == (n,) and mean.shape == (m, 1) and b.is_contiguous() and mean.is_contiguous()
-            and b.get_device() == device and mean.get_device() == device)
+    """The bias (or none) and mean of layer_norm plainly pass their checks (the rest passed
+    _plain_rows)."""
+    return (type(mean) is _TENSOR and mean.dtype is _F32 and mean.shape == (m, 1) and mean.is_contiguous()
+            and mean.get_device() == device and _plain_vector(b, n, device))
+
+
+def _plain_grad(g: Any, v: Any, n: int, device: int) -> bool:
+    """The gradient of a weight or bias ``v`` plainly passes its checks: None where ``v`` is absent,
+    else a contiguous tensor of v's dtype and N elements on the device."""
+    if v is None:
+        return g is None
+    return type(g) is _TENSOR and g.dtype is v.dtype and g.shape == (n,) and g.is_contiguous() and g.get_device() == device
 
 
 def _plain_grads(dy: Any, dw: Any, db: Any, w: Any, b: Any, shape: Any, n: int, device: int) -> bool:
     """grad_y and the weight (bias) gradients plainly pass their checks (checks.backward_reasons)."""
-    if (type(dy) is not _TENSOR or type(dw) is not _TENSOR or dy.dtype not in _FLOATS or dw.dtype is not w.dtype
-            or dy.shape != shape or dw.shape != (n,) or not dw.is_contiguous() or dy.stride(1) != 1
-            or dy.get_device() != device or dw.get_device() != device):
+    if (type(dy) is not _TENSOR or dy.dtype not in _FLOATS or dy.shape != shape or dy.stride(1) != 1
+            or dy.get_device() != device):
         return False
-    return b is None or (type(db) is _TENSOR and db.dtype is b.dtype and db.shape == (n,) and db.is_contiguous()
-                         and db.get_device() == device)
+    return _plain_grad(dw, w, n, device) and _plain_grad(db, b, n, device)
 
 
 # -- plans and launchers --------------------------------------------------------------------------
@@ -145,9 +159,9 @@ def _forward_slow(layer: bool, x: Any, w: Any, b: Any, out: Any, eps: Any, block
 def rms_norm_forward(x: Any, weight: Any, *, out: Any, eps: float, BLOCK: int | None = None, ROWS: int | None = None,
                      num_warps: int | None = None) -> Any:
     """y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) per row, written into
-    out = (y, rstd). x (M, N) with unit column stride; weight (N,) contiguous. Config (tests):
-    BLOCK, the widest row kept whole (longer rows loop over BLOCK chunks), ROWS per program,
-    num_warps."""
+    out = (y, rstd). x (M, N) with unit column stride; weight (N,) contiguous, or None (ones,
+    never read). Config (tests): BLOCK, the widest row kept whole (longer rows loop over BLOCK
+    chunks), ROWS per program, num_warps."""
     if BLOCK is None and ROWS is None and num_warps is None and type(out) is tuple and len(out) == 2 \
             and type(eps) is float:
         y, rstd = out
@@ -168,7 +182,7 @@ def rms_norm_forward(x: Any, weight: Any, *, out: Any, eps: float, BLOCK: int | 
 def layer_norm_forward(x: Any, weight: Any, bias: Any, *, out: Any, eps: float, BLOCK: int | None = None,
                        ROWS: int | None = None, num_warps: int | None = None) -> Any:
     """y = (x - mean) * rstd * weight + bias per row, rstd = 1 / sqrt(var + eps), written into
-    out = (y, mean, rstd)."""
+    out = (y, mean, rstd). The weight and the bias may each be None (ones, zeros: never read)."""
     if BLOCK is None and ROWS is None and num_warps is None and type(out) is tuple and len(out) == 3 \
             and type(eps) is float:
         y, mean, rstd = out
@@ -202,8 +216,8 @@ def _backward(layer: bool, x: Any, w: Any, b: Any, mean: Any, rstd: Any, dy: Any
         device = x.get_device()
     m, n = x.shape
     dx, dw = out[0], out[1]
-    # rms_norm has no mean or bias gradient: the kernels never touch them (LAYER=False).
-    db = out[2] if layer else dw
+    # rms_norm has no bias gradient (None: never formed) and no mean (never read: LAYER=False).
+    db = out[2] if layer else None
     mean = mean if layer else rstd
     if sizes is None:  # a config (tests), or the full checks ran: nothing remembered
         found = _backward_launches(layer, m, n, x.element_size(), device, block, rows, programs, num_warps)
@@ -218,12 +232,15 @@ def _backward(layer: bool, x: Any, w: Any, b: Any, mean: Any, rstd: Any, dy: Any
     main, count, per_program, finish, sum_grid = found
     head = (x, w, dy, mean, rstd, dx)
     tail = (m, n, per_program, x.stride(0), dy.stride(0), dx.stride(0))
-    if finish is None:
-        # One program sums every row: its sums are the gradients, no partial buffer.
-        main((1,), *head, dw, db, *tail)
+    vectors = (dw is not None) + (db is not None)
+    if finish is None or not vectors:
+        # One program sums every row (its sums are the gradients), or no weight or bias gradient
+        # is wanted (both None: the programs write dx alone): no partial buffer.
+        main((count,), *head, dw, db, *tail)
         return out
-    partials = torch.empty((2 if layer else 1, count, n), dtype=torch.float32, device=x.device)
-    pw, pb = partials[0], partials[-1]
+    partials = torch.empty((vectors, count, n), dtype=torch.float32, device=x.device)
+    pw = None if dw is None else partials[0]
+    pb = None if db is None else partials[-1]
     main((count,), *head, pw, pb, *tail)
     finish(sum_grid, pw, pb, dw, db, count, n)
     return out
@@ -252,7 +269,7 @@ def _backward_launches(layer: bool, m: int, n: int, itemsize: int, device: int, 
     if count == 1 and not plan.looped:
         return main, count, per_program, None, (1,)
     block_p, block_c = plans.sum_plan(n, sms)
-    finish = _launcher(kernels.sum_partials, plans.SUM_WARPS, LAYER=layer, BLOCK_P=block_p, BLOCK_C=block_c)
+    finish = _launcher(kernels.sum_partials, plans.SUM_WARPS, BLOCK_P=block_p, BLOCK_C=block_c)
     return main, count, per_program, finish, (-(-n // block_c),)
 
 
@@ -260,8 +277,8 @@ def rms_norm_backward(x: Any, weight: Any, y: Any, rstd: Any, grad_y: Any, *, ou
                       BLOCK: int | None = None, ROWS: int | None = None, programs: int | None = None,
                       num_warps: int | None = None) -> Any:
     """out = (grad_x, grad_weight) from x, the weight, the forward's rstd and grad_y (y and eps are
-    not needed: rstd carries eps). Config (tests): BLOCK, ROWS (rows per step), programs (row
-    ranges, i.e. partial sums), num_warps."""
+    not needed: rstd carries eps). Without a weight (None) grad_weight is None too. Config
+    (tests): BLOCK, ROWS (rows per step), programs (row ranges, i.e. partial sums), num_warps."""
     return _backward(False, x, weight, None, None, rstd, grad_y, out, BLOCK, ROWS, programs, num_warps)
 
 
@@ -269,7 +286,7 @@ def layer_norm_backward(x: Any, weight: Any, bias: Any, y: Any, mean: Any, rstd:
                         eps: float, BLOCK: int | None = None, ROWS: int | None = None, programs: int | None = None,
                         num_warps: int | None = None) -> Any:
     """out = (grad_x, grad_weight, grad_bias) from x, the weight, the forward's mean and rstd and
-    grad_y."""
+    grad_y; the gradient of an absent (None) weight or bias is None."""
     return _backward(True, x, weight, bias, mean, rstd, grad_y, out, BLOCK, ROWS, programs, num_warps)
 
 
@@ -292,6 +309,23 @@ def _aligned(signature: dict[str, str]) -> tuple[str, ...]:
     return tuple(k for k, v in signature.items() if v.startswith("*") or v == "i32")
 
 
+def _present(layer: bool, config: dict[str, Any]) -> tuple[bool, bool]:
+    """(weight, bias) in a compile: both, unless the config leaves one out ("weight": False,
+    "bias": False: tests compile those specializations; the compile items compile the plain
+    one). rms_norm has no bias: its launchers pass None for the bias gradient, so do its specs."""
+    return bool(config.get("weight", True)), layer and bool(config.get("bias", True))
+
+
+def _specialize(signature: dict[str, str], constexprs: dict[str, Any], vectors: dict[tuple[str, ...], bool]) -> None:
+    """The parameters of each absent vector (weight or bias, with its gradient or partial sums:
+    ``vectors`` maps them to whether it is present) become constexpr None, as triton specializes
+    the None the launchers pass."""
+    for names, present in vectors.items():
+        if not present:
+            signature |= dict.fromkeys(names, "constexpr")
+            constexprs |= dict.fromkeys(names)
+
+
 def _aot_forward(layer: bool, dtype: str, config: dict[str, Any]) -> AotSpec:
     plan = _aot_plan(dtype, config, backward=False)
     ptr, stat = f"*{TRITON_TYPE[dtype]}", "*fp32"
@@ -305,6 +339,8 @@ def _aot_forward(layer: bool, dtype: str, config: dict[str, Any]) -> AotSpec:
         constexprs = {"ROWS": plan.rows, "BLOCK_N": plan.block_n}
     signature |= {"N": "i32", "stride_xm": "i32", "stride_ym": "i32", "eps": "fp32"}
     signature |= dict.fromkeys(constexprs, "constexpr")
+    weight, bias = _present(layer, config)
+    _specialize(signature, constexprs, {("W",): weight} | ({("B",): bias} if layer else {}))
     return AotSpec(fn=fn, signature=signature, constexprs=constexprs, options={"num_warps": plan.num_warps},
                    aligned=_aligned(signature))
 
@@ -314,8 +350,10 @@ def _aot_backward(layer: bool, dtype: str, config: dict[str, Any]) -> AotSpec:
     if config.get("stage") == "sum":
         signature = {"PW": f32, "PB": f32, "DW": ptr, "DB": ptr, "P": "i32", "N": "i32"}
         block_p, block_c = plans.sum_plan(int(config.get("N", AOT_N)), AOT_SMS)
-        constexprs: dict[str, Any] = {"LAYER": layer, "BLOCK_P": block_p, "BLOCK_C": block_c}
+        constexprs: dict[str, Any] = {"BLOCK_P": block_p, "BLOCK_C": block_c}
         signature |= dict.fromkeys(constexprs, "constexpr")
+        weight, bias = _present(layer, config)
+        _specialize(signature, constexprs, {("PW", "DW"): weight, ("PB", "DB"): bias})
         return AotSpec(fn=kernels.sum_partials, signature=signature, constexprs=constexprs,
                        options={"num_warps": plans.SUM_WARPS}, aligned=_aligned(signature))
     plan = _aot_plan(dtype, config, backward=True)
@@ -331,6 +369,8 @@ def _aot_backward(layer: bool, dtype: str, config: dict[str, Any]) -> AotSpec:
         fn = kernels.norm_bwd_fused
         constexprs = {"LAYER": layer, "ROWS": plan.rows, "BLOCK_N": plan.block_n, "NUM_STAGES": plan.stages}
     signature |= dict.fromkeys(constexprs, "constexpr")
+    weight, bias = _present(layer, config)
+    _specialize(signature, constexprs, {("W", partials[0]): weight, (partials[1],): bias})
     return AotSpec(fn=fn, signature=signature, constexprs=constexprs, options={"num_warps": plan.num_warps},
                    aligned=_aligned(signature))
 

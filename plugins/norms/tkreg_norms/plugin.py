@@ -51,10 +51,36 @@ CASES = (
     case(M=1, N=4096, sets=BENCH, dtypes=LLM),
 )
 
+# Absent inputs (op.NO_WEIGHT, NO_BIAS, NO_AFFINE: None, as nn.RMSNorm(d, elementwise_affine=False),
+# nn.LayerNorm(d, bias=False) and nn.LayerNorm(d, elementwise_affine=False) pass them): a width
+# no power of two, one row past the fused backward (looped), rows over several program steps;
+# on a GPU many rows and the narrowest looped forward rows.
+RMS_CASES = (
+    *CASES,
+    case(M=3, N=7, variant="no_weight"),
+    case(M=2, N=8193, variant="no_weight"),
+    case(M=33, N=100, variant="no_weight"),
+    case(M=4099, N=1000, sets=GPU, variant="no_weight"),
+    case(M=257, N=16385, sets=GPU, variant="no_weight"),
+)
+LAYER_CASES = (
+    *CASES,
+    case(M=3, N=7, variant="no_bias"),
+    case(M=5, N=1000, variant="no_affine"),
+    case(M=2, N=8193, variant="no_bias"),
+    case(M=33, N=100, variant="no_affine"),
+    case(M=9, N=300, variant="no_weight"),  # F.layer_norm(x, shape, None, bias): torch takes it too
+    case(M=4099, N=1000, sets=GPU, variant="no_bias"),
+    case(M=257, N=16385, sets=GPU, variant="no_affine"),
+    # bias-free LayerNorm as models run it
+    case(M=4096, N=4096, sets=BENCH, dtypes=LLM, variant="no_bias"),
+)
+
 RMS_NORM = Op(
     name="rms_norm",
     description="y = x / sqrt(mean(x^2) + eps) * weight over the last dim; rstd kept for the backward",
     inputs=("x", "weight"),
+    optional=("weight",),  # nn.RMSNorm(d, elementwise_affine=False)
     # 0.1 changes rstd by ~5% on unit-variance rows, so a kernel that drops eps fails.
     params=(Param("eps", 1e-6, (1e-6, 0.1), description="added to the mean square"),),
     outputs=(
@@ -67,7 +93,7 @@ RMS_NORM = Op(
     reference=f"{PKG}.op:rms_norm_reference",
     make_inputs=f"{PKG}.op:rms_norm_inputs",
     make_output=f"{PKG}.op:rms_norm_outputs",
-    cases=CASES,
+    cases=RMS_CASES,
     dtypes=DTYPES,
     tolerances=tol.RMS_NORM,
     cost=f"{PKG}.op:rms_norm_cost",
@@ -85,6 +111,7 @@ LAYER_NORM = Op(
     name="layer_norm",
     description="y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim; mean and rstd kept",
     inputs=("x", "weight", "bias"),
+    optional=("weight", "bias"),  # nn.LayerNorm(d, bias=False), nn.LayerNorm(d, elementwise_affine=False)
     params=(Param("eps", 1e-5, (1e-5, 0.1), description="added to the variance"),),
     outputs=(
         Output("y", description="x's dtype"),
@@ -96,7 +123,7 @@ LAYER_NORM = Op(
     reference=f"{PKG}.op:layer_norm_reference",
     make_inputs=f"{PKG}.op:layer_norm_inputs",
     make_output=f"{PKG}.op:layer_norm_outputs",
-    cases=CASES,
+    cases=LAYER_CASES,
     dtypes=DTYPES,
     tolerances=tol.LAYER_NORM,
     cost=f"{PKG}.op:layer_norm_cost",

@@ -40,10 +40,16 @@ def test_compiles_for_sm_90a_with_the_code_the_plan_relies_on(kernel: Any, confi
     assert check.ok, (check.missing_ptx, check.missing_sass)
     assert "LOCAL:0" in code.resources, code.resources  # no spills
     if _fused_backward(kernel, config, dtype):
-        registers = int(re.search(r"REG:(\d+)", code.resources).group(1))  # type: ignore[union-attr]
-        assert registers <= plans.BWD_REGISTERS_PER_THREAD, code.resources
-        assert re.search(r"LDGSTS\.E(\.\w+)*\.128", code.sass), "the row loop is not pipelined"
-        assert 0 < code.shared <= SMALLEST_SHARED_PER_BLOCK, code.shared
+        _check_pipelined_backward(code)
+
+
+def _check_pipelined_backward(code: Any) -> None:
+    """A fused backward's rows reach shared memory by 16-byte cp.async, within the plan's
+    register and shared-memory budgets."""
+    registers = int(re.search(r"REG:(\d+)", code.resources).group(1))  # type: ignore[union-attr]
+    assert registers <= plans.BWD_REGISTERS_PER_THREAD, code.resources
+    assert re.search(r"LDGSTS\.E(\.\w+)*\.128", code.sass), "the row loop is not pipelined"
+    assert 0 < code.shared <= SMALLEST_SHARED_PER_BLOCK, code.shared
 
 
 # Absent inputs: the launchers pass None for a weight or bias left out (and for its gradient),
@@ -70,10 +76,7 @@ def test_the_specializations_without_weight_or_bias_compile_for_sm_90a(kernel: A
     assert "LOCAL:0" in code.resources, code.resources  # no spills
     if _fused_backward(kernel, config, dtype):
         # rows are read by 16-byte cp.async; the weight, where present, by 16-byte loads
-        registers = int(re.search(r"REG:(\d+)", code.resources).group(1))  # type: ignore[union-attr]
-        assert registers <= plans.BWD_REGISTERS_PER_THREAD, code.resources
-        assert re.search(r"LDGSTS\.E(\.\w+)*\.128", code.sass), "the row loop is not pipelined"
-        assert 0 < code.shared <= SMALLEST_SHARED_PER_BLOCK, code.shared
+        _check_pipelined_backward(code)
         if not config["weight"]:
             return
     check = check_code(code, target)

@@ -269,20 +269,7 @@ def weight_gradient_is_deterministic() -> list[str]:
 def fast_path_gives_the_same_bits() -> list[str]:
     """With the fast checks taking CPU tensors (as they take CUDA ones on a GPU), the first call
     of a row width plans it (full checks), later calls skip the checks; outputs are the same bits."""
-    from tkreg_norms import checks, launch
-
-    from tkreg.launch import inputs as launch_inputs
-
-    launch_inputs.FAST_DEVICE_TYPE = "cpu"
-    launch._FAST_FORWARD.clear()  # plans earlier checks made: the first call here must plan
-    full_checks: list[int] = []
-    original = checks.forward_reasons
-
-    def counted(*args: Any, **kwargs: Any) -> list[str]:
-        full_checks.append(1)
-        return original(*args, **kwargs)
-
-    checks.forward_reasons = counted
+    full_checks, restore = _fast_checks_counted()
     problems = []
     g = torch.Generator().manual_seed(9)
     for layer in (False, True):
@@ -298,9 +285,33 @@ def fast_path_gives_the_same_bits() -> list[str]:
             for a, c in zip(first, second):
                 if not torch.equal(a, c):
                     problems.append(f"layer={layer} N={n}: the fast path's output differs")
-    checks.forward_reasons = original
-    launch_inputs.FAST_DEVICE_TYPE = "cuda"
+    restore()
     return problems
+
+
+def _fast_checks_counted() -> tuple[list[int], Any]:
+    """The fast checks made to take CPU tensors, the forward's plans forgotten (the first call of
+    a width must plan it) and its full checks counted: (the count, one per full check; a function
+    that puts everything back)."""
+    from tkreg_norms import checks, launch
+
+    from tkreg.launch import inputs as launch_inputs
+
+    launch_inputs.FAST_DEVICE_TYPE = "cpu"
+    launch._FAST_FORWARD.clear()
+    full_checks: list[int] = []
+    original = checks.forward_reasons
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        full_checks.append(1)
+        return original(*args, **kwargs)
+
+    def restore() -> None:
+        checks.forward_reasons = original
+        launch_inputs.FAST_DEVICE_TYPE = "cuda"
+
+    checks.forward_reasons = counted
+    return full_checks, restore
 
 
 # -- absent weight and bias (None: nn.RMSNorm(d, elementwise_affine=False), nn.LayerNorm(d,
@@ -403,20 +414,9 @@ def absent_inputs_take_the_fast_path() -> list[str]:
     call of an op's row width plans it (full checks), later ones skip them, with or without the
     vectors (the plan does not depend on them), with the same bits; the backward gives the same
     bits twice."""
-    from tkreg_norms import checks, launch
+    from tkreg_norms import launch
 
-    from tkreg.launch import inputs as launch_inputs
-
-    launch_inputs.FAST_DEVICE_TYPE = "cpu"
-    launch._FAST_FORWARD.clear()
-    full_checks: list[int] = []
-    original = checks.forward_reasons
-
-    def counted(*args: Any, **kwargs: Any) -> list[str]:
-        full_checks.append(1)
-        return original(*args, **kwargs)
-
-    checks.forward_reasons = counted
+    full_checks, restore = _fast_checks_counted()
     problems = []
     g = torch.Generator().manual_seed(11)
     try:
@@ -447,8 +447,7 @@ def absent_inputs_take_the_fast_path() -> list[str]:
                 if not all(torch.equal(p, q) for p, q in zip(*runs) if p is not None):
                     problems.append(f"{tag}: two backward calls differ")
     finally:
-        checks.forward_reasons = original
-        launch_inputs.FAST_DEVICE_TYPE = "cuda"
+        restore()
     return problems
 
 

@@ -18,6 +18,32 @@ def test_the_summary_holds_each_goal_from_the_paths_of_its_role() -> None:
     assert host._summary(graded) == {"grad_ops_over_torch": pytest.approx(1.25)}
     mixed = {host.OPS_AMP: HostTime(9.0, 8.0), host.TORCH_AMP: HostTime(10.0, 9.0)}
     assert host._summary(mixed) == {"amp_ops_over_torch": pytest.approx(0.9)}
+    absent = {host.OPS_ABSENT: HostTime(8.0, 7.5), host.TORCH_ABSENT: HostTime(10.0, 9.0)}
+    assert host._summary(absent) == {"absent_ops_over_torch": pytest.approx(0.8)}
+
+
+def test_an_op_with_optional_inputs_is_timed_with_them_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peer and tkreg.ops with None for every optional input, each held against the other;
+    an op without optional inputs has no such rows."""
+    import torch
+
+    from tests.ops_support import ToyPlugin, registry_with, toy_kernel, toy_mul_torch
+    from tests.test_ops_optional import FORWARD, AffinePlugin
+
+    registry = registry_with(AffinePlugin(FORWARD), ToyPlugin(toy_kernel("toy_mul_kernel", toy_mul_torch)))
+    monkeypatch.setattr(host, "make_output", lambda registry, sig, inputs: torch.empty(5, 7))
+    monkeypatch.setattr(host, "launchers", lambda registry, op, inputs: {})
+    monkeypatch.setattr(host, "make_inputs", lambda registry, sig: (torch.randn(5, 7), torch.randn(5, 7)))
+    mul = registry.op("toy_mul")
+    assert not [p for p in host.paths(registry, mul, host.signature(mul)) if p.absent]
+    x, w, b = torch.randn(5, 7), torch.randn(7), torch.randn(7)
+    monkeypatch.setattr(host, "make_inputs", lambda registry, sig: (x, w, b))
+    affine = registry.op("toy_affine")
+    found = [p for p in host.paths(registry, affine, host.signature(affine)) if p.absent]
+    assert [p.role for p in found] == [host.TORCH_ABSENT, host.OPS_ABSENT] and all(p.allocates for p in found)
+    assert "weight=None, bias=None" in found[0].what
+    peer = found[0].make()
+    assert peer is not None and torch.equal(peer(), x)  # y = x with neither weight nor bias
 
 
 def test_an_op_that_declares_an_autocast_policy_is_timed_under_autocast_on_float32_inputs(

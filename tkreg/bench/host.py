@@ -49,6 +49,7 @@ from .suites import Deadline, Measured
 TORCH, OPS, OPERATOR = "torch", "ops", "operator"  # the paths the summary's goals compare
 TORCH_GRAD, OPS_GRAD = "torch_grad", "ops_grad"  # the same forwards, on inputs that want a gradient
 TORCH_AMP, OPS_AMP = "torch_amp", "ops_amp"  # the same calls of float32 inputs under autocast(bfloat16)
+TORCH_ABSENT, OPS_ABSENT = "torch_absent", "ops_absent"  # the same calls with every optional input None
 PLAN_KEY = "plan_key"  # the summary's line on tkreg.ops' plan key (tkreg.ops.native.status())
 SIDE = 256  # every dim: small enough that the host, not the GPU, sets the pace
 CALLS = 1000
@@ -80,6 +81,7 @@ class Path:
     role: str = ""  # what the summary holds it as: TORCH, OPS, OPERATOR, ... (empty: nothing)
     grad: bool = False  # on inputs that want a gradient (held against the peer's call on those)
     autocast: str = ""  # the torch.autocast dtype its calls are made under (entered once per round), if any
+    absent: bool = False  # with None for every optional input (held against the peer's call with None)
 
 
 def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
@@ -112,6 +114,12 @@ def paths(registry: Registry, op: Op, sig: Signature) -> list[Path]:
                                        (f"tkreg.ops.{op.name}", lambda: ops_call(op, wide), False, OPS_AMP)):  # fmt: skip
             found.append(Path(f"{what}, float32 inputs under autocast(bfloat16)", make, peer=peer, allocates=True, role=role,
                               autocast="bfloat16"))  # fmt: skip
+    if op.optional:  # a LayerNorm without bias: the call with None keeps its own plan, on the same fast path
+        bare = tuple(None if name in op.optional else t for name, t in zip(op.inputs, inputs))
+        left_out = ", ".join(f"{name}=None" for name in op.optional)
+        for what, make, peer, role in ((f"{op.peer_name} (the peer)", lambda: peer_call(op, bare, None), True, TORCH_ABSENT),
+                                       (f"tkreg.ops.{op.name}", lambda: ops_call(op, bare), False, OPS_ABSENT)):  # fmt: skip
+            found.append(Path(f"{what}, {left_out}", make, peer=peer, allocates=True, role=role, absent=True))
     return found
 
 
@@ -155,7 +163,8 @@ def measure(deadline: Deadline) -> Measured:
         found: list[tuple[Path, dict[str, Any]]] = []
         for path in paths(registry, op, sig):
             row: dict[str, Any] = {"op": op.name, "path": path.what, "shape": sig.shape, "dtype": sig.dtype, "peer": path.peer,
-                                   "allocates": path.allocates, "grad": path.grad, "autocast": path.autocast}  # fmt: skip
+                                   "allocates": path.allocates, "grad": path.grad, "autocast": path.autocast,
+                                   "absent": path.absent}  # fmt: skip
             try:
                 call = path.make()
             except Exception as e:  # a path that cannot be made here is a finding: its row says why
@@ -191,7 +200,7 @@ def measure(deadline: Deadline) -> Measured:
              "an op's paths (us_per_call); host_us: the queueing alone. Summary per op: tkreg.ops over the peer "
              "allocating its own output (goal <= 1.3), torch.ops.tkreg minus tkreg.ops in us (goal <= 5), tkreg.ops "
              "over the peer on inputs that want a gradient (grad_ops_over_torch), and on float32 inputs under "
-             "autocast(bfloat16) (amp_ops_over_torch). What "
+             "autocast(bfloat16) (amp_ops_over_torch), and with every optional input None (absent_ops_over_torch). What "
              "tkreg.ops decided at these inputs: " + " / ".join(decisions))  # fmt: skip
     summary[PLAN_KEY] = native.status()  # whether the fast path's key was read in C++ or built in Python
     return Measured(kind="host_overhead", rows=rows, notes=notes, summary=summary)
@@ -199,10 +208,12 @@ def measure(deadline: Deadline) -> Measured:
 
 def _summary(by_role: dict[str, HostTime]) -> dict[str, float]:
     """tkreg.ops against torch's own allocating call, the torch operator's cost beyond tkreg.ops,
-    and tkreg.ops against torch where the inputs want a gradient and under autocast."""
+    and tkreg.ops against torch where the inputs want a gradient, under autocast and with every
+    optional input None."""
     ours, peer, operator = by_role.get(OPS), by_role.get(TORCH), by_role.get(OPERATOR)
     ours_grad, peer_grad = by_role.get(OPS_GRAD), by_role.get(TORCH_GRAD)
     ours_amp, peer_amp = by_role.get(OPS_AMP), by_role.get(TORCH_AMP)
+    ours_absent, peer_absent = by_role.get(OPS_ABSENT), by_role.get(TORCH_ABSENT)
     found: dict[str, float] = {}
     if ours is not None and peer is not None:
         found["ops_over_torch"] = round(ours.per_call_us / peer.per_call_us, 3)
@@ -212,4 +223,6 @@ def _summary(by_role: dict[str, HostTime]) -> dict[str, float]:
         found["grad_ops_over_torch"] = round(ours_grad.per_call_us / peer_grad.per_call_us, 3)
     if ours_amp is not None and peer_amp is not None:
         found["amp_ops_over_torch"] = round(ours_amp.per_call_us / peer_amp.per_call_us, 3)
+    if ours_absent is not None and peer_absent is not None:
+        found["absent_ops_over_torch"] = round(ours_absent.per_call_us / peer_absent.per_call_us, 3)
     return found

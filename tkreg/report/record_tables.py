@@ -236,7 +236,7 @@ def host_table(document: Mapping[str, Any]) -> str:
     that allocates as this path does (its own outputs, or a given one)."""
     rows = list(document.get("rows") or [])
     def alike(r: Mapping[str, Any]) -> tuple[Any, ...]:  # the peer's row a row is held against
-        return r.get("op"), bool(r.get("allocates")), bool(r.get("grad")), r.get("autocast") or ""
+        return r.get("op"), bool(r.get("allocates")), bool(r.get("grad")), r.get("autocast") or "", bool(r.get("absent"))
 
     peer_us = {alike(r): r["us_per_call"] for r in rows if r.get("peer") and _is_number(r.get("us_per_call"))}
     body, shown = [], None
@@ -273,6 +273,8 @@ def _host_goals(op: str, found: Mapping[str, Any]) -> str:
         extra.append(f"{found['grad_ops_over_torch']:.2f}x with a gradient wanted")
     if _is_number(found.get("amp_ops_over_torch")):
         extra.append(f"{found['amp_ops_over_torch']:.2f}x under autocast")
+    if _is_number(found.get("absent_ops_over_torch")):
+        extra.append(f"{found['absent_ops_over_torch']:.2f}x with its optional inputs None")
     return f"{op} {found['ops_over_torch']:.2f}x" + (f" ({'; '.join(extra)})" if extra else "")
 
 

@@ -75,8 +75,8 @@ def no_weight_without_bias(x: Any, weight: Any, bias: Any) -> list[str]:
 class AffinePlugin:
     """Registers op toy_affine: y = x * weight + bias over rows, weight and bias optional."""
 
-    def __init__(self, *kernels: tkreg.Kernel, optional: tuple[str, ...] = ("weight", "bias")) -> None:
-        self.kernels, self.optional = kernels, optional
+    def __init__(self, *kernels: tkreg.Kernel, optional: tuple[str, ...] = ("weight", "bias"), autocast: Any = None) -> None:
+        self.kernels, self.optional, self.autocast = kernels, optional, autocast
 
     @tkreg.hookimpl
     def tkreg_register_ops(self, register: Any) -> None:
@@ -96,6 +96,7 @@ class AffinePlugin:
                 optional=self.optional,
                 grads=("x", "weight", "bias"),
                 contract=tkreg.contracts.rows(),
+                autocast=self.autocast,
             )
         )
 
@@ -265,3 +266,33 @@ def test_torch_compile_traces_a_call_without_an_optional_input(ops: Any, backend
         torch.testing.assert_close(x.grad, 2 * w.expand_as(x), rtol=0, atol=0)
     finally:
         torch._dynamo.reset()
+
+
+def test_under_autocast_a_call_without_an_optional_input_stays_on_the_fast_path(monkeypatch: Any, tmp_path: Any) -> None:
+    """The C++ call takes a call under autocast with None among its inputs as it takes one without
+    (casts as the op declares, None passed on): the checked path (its context detour) is never
+    asked after the first call. The op declares "unchanged", so no cast allocates a tensor of
+    another alignment class (CPU allocations are 64-byte aligned) and every call has one plan."""
+    from tkreg.ops import library, native
+
+    if native.fast_caller() is None:
+        pytest.skip("tkreg.ops' C++ extension is not built here")
+    choice_by_priority(monkeypatch, tmp_path)
+    SEEN.clear()
+    tkreg.ops.install(registry_with(AffinePlugin(FORWARD, autocast="unchanged")))
+    try:
+        device = device_or_skip()
+        x, w, _ = _inputs(device)
+        detours: list[int] = []
+        original = library.context_detour
+        monkeypatch.setattr(library, "context_detour", lambda *a: detours.append(1) or original(*a))
+        with torch.autocast(device, dtype=torch.bfloat16):
+            tkreg.ops.toy_affine(x, w, None)
+            asked = len(detours)
+            for _ in range(3):
+                got = tkreg.ops.toy_affine(x, w, None)
+        assert asked == 1 and len(detours) == asked  # later calls: the C++ call, no checked path
+        torch.testing.assert_close(got, affine_reference(x, w, None), rtol=0, atol=0)
+        assert SEEN == [("affine_torch", True, False)] * 4
+    finally:
+        tkreg.ops.uninstall()

@@ -31,9 +31,11 @@ TkregOwned::~TkregOwned() {
 }
 
 bool tkreg_autocast_inputs(const int policies[2], PyObject* const* args, Py_ssize_t nargs, std::vector<PyObject*>& into) {
-  if (nargs == 0) return false;
+  // The first input is never optional: None there is the checked path's error to give.
+  if (nargs == 0 || args[0] == Py_None) return false;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    if (!tkreg_is_plain(args[i])) return false;  // a subclass keeps its own code: the checked path
+    // a subclass keeps its own code: the checked path; None (an absent optional input) stays None
+    if (args[i] != Py_None && !tkreg_is_plain(args[i])) return false;
   }
   try {
     // The first input's device type is the call's, as autocasting.policy_for takes it.
@@ -53,6 +55,10 @@ bool tkreg_autocast_inputs(const int policies[2], PyObject* const* args, Py_ssiz
     if (casts && policy == TKREG_AUTOCAST_LOWER) target = at::autocast::get_autocast_dtype(device_type);
     into.reserve(into.size() + nargs);
     for (Py_ssize_t i = 0; i < nargs; ++i) {
+      if (args[i] == Py_None) {
+        into.push_back(Py_NewRef(Py_None));
+        continue;
+      }
       const at::Tensor& given = THPVariable_Unpack(args[i]);
       // cached_cast casts a floating tensor of the region's device type, float64 excepted, and
       // hands back the one given otherwise (torch's autocast kernels call it the same way)

@@ -62,7 +62,7 @@ struct TkregOwned {
 
 // Appends to ``into`` (new references) the call's inputs as torch.autocast casts them under the op's
 // policies (``policies``: on CUDA, on the CPU), with torch's own cached casts; false where the C++
-// call does not take the call (an input not a plain tensor, another device type, an op that
+// call does not take the call (an input neither None nor a plain tensor, another device type, an op that
 // declares nothing there, a cast that failed), with no exception set (see autocast.cpp).
 bool tkreg_autocast_inputs(const int policies[2], PyObject* const* args, Py_ssize_t nargs, std::vector<PyObject*>& into);
 

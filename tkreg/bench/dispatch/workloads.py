@@ -224,7 +224,7 @@ def _row_step(registry: Registry, op: Op, sig: Signature) -> dict[str, Any]:
     row: dict[str, Any] = {"grad_max_abs_diff": max(float((g.float() - t.grad.float()).abs().max()) for g, t in zip(got, leaves))}
     row.update(_wall_us({"tkreg_us": ours, "torch_us": theirs}))
     row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
-    row["decision"] = ops.explain(op.name, *[t.detach() for t in inputs])  # whole: the training choice ends it
+    row["decision"] = ops.explain(op.name, *[t if t is None else t.detach() for t in inputs])  # whole: training ends it
     return row
 
 

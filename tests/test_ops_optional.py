@@ -296,3 +296,18 @@ def test_under_autocast_a_call_without_an_optional_input_stays_on_the_fast_path(
         assert SEEN == [("affine_torch", True, False)] * 4
     finally:
         tkreg.ops.uninstall()
+
+
+def test_torch_func_transforms_take_a_call_without_an_optional_input(ops: Any) -> None:
+    device = device_or_skip()
+    x, w, _ = _inputs(device)
+    got = torch.func.grad(lambda x, w: ops.toy_affine(x, w, None).sum(), argnums=(0, 1))(x, w)
+    want = torch.func.grad(lambda x, w: affine_reference(x, w, None).sum(), argnums=(0, 1))(x, w)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=1e-6)
+    batch = randn(3, 6, 10, dtype=torch.float32, device=device, seed=5)
+    with pytest.warns(UserWarning):  # vmap runs the peer's own code, and says so
+        mapped = torch.func.vmap(lambda x: ops.toy_affine(x, w, None))(batch)
+    torch.testing.assert_close(mapped, affine_reference(batch, w, None), rtol=0, atol=0)
+    jacobian = torch.func.jacrev(lambda x: ops.toy_affine(x, w, None))(x[:2])
+    torch.testing.assert_close(jacobian, torch.func.jacrev(lambda x: affine_reference(x, w, None))(x[:2]), rtol=0, atol=0)

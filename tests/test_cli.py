@@ -107,12 +107,12 @@ def test_info_on_an_op_shows_how_its_kernels_are_called() -> None:
     result = tkreg_cli("info", "rms_norm", "--json")
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
-    assert info["op inputs"] == ["x", "weight"] and info["op gradients"] == ["x", "weight"]
+    assert info["op inputs"] == ["x", "weight (optional: may be None)"] and info["op gradients"] == ["x", "weight"]
     assert info["op params"][0].startswith("eps=1e-06 (tests: ")
     assert info["op outputs"] == ["y (the case dtype)", "rstd (float32, kept for the backward)"]
     assert "rms_norm_bwd_triton (backward)" in info["kernels"] and info["op contract"] == "rows"
     kernel = json.loads(tkreg_cli("info", "rms_norm_bwd_triton", "--json").stdout)
-    assert kernel["direction"].startswith("backward") and kernel["op inputs"] == ["x", "weight"]
+    assert kernel["direction"].startswith("backward") and kernel["op inputs"] == ["x", "weight (optional: may be None)"]
 
 
 def test_info_on_an_op_names_the_gpus_its_prior_was_measured_on() -> None:

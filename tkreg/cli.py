@@ -132,7 +132,7 @@ def op_interface(op: Op) -> dict[str, Any]:
     kept = ", kept for the backward"
     outputs = [f"{o.name} ({o.dtype or 'the case dtype'}{'' if o.returned else kept})" for o in op.outputs]
     return {
-        "op inputs": list(op.inputs) or None,
+        "op inputs": [f"{n} (optional: may be None)" if n in op.optional else n for n in op.inputs] or None,
         "op params": params or None,
         "op outputs": outputs,
         "op gradients": list(op.grads) or None,

@@ -6,6 +6,7 @@ from a call that passes the tensor."""
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import pytest
@@ -311,3 +312,69 @@ def test_torch_func_transforms_take_a_call_without_an_optional_input(ops: Any) -
     torch.testing.assert_close(mapped, affine_reference(batch, w, None), rtol=0, atol=0)
     jacobian = torch.func.jacrev(lambda x: ops.toy_affine(x, w, None))(x[:2])
     torch.testing.assert_close(jacobian, torch.func.jacrev(lambda x: affine_reference(x, w, None))(x[:2]), rtol=0, atol=0)
+
+
+@pytest.fixture(params=["C++", "Python"])
+def either_fast_path(request: Any, monkeypatch: Any, tmp_path: Any) -> Any:
+    """tkreg.ops built with the C++ call where it is built, then with the Python fast path."""
+    from tkreg.ops import native
+
+    if request.param == "C++" and native.fast_caller() is None:
+        pytest.skip("tkreg.ops' C++ extension is not built here")
+    if request.param == "Python":
+        monkeypatch.setenv(native.ENV, "0")
+    native._load.cache_clear()
+    choice_by_priority(monkeypatch, tmp_path)
+    SEEN.clear()
+    tkreg.ops.install(registry_with(AffinePlugin(FORWARD, BACKWARD)))
+    yield tkreg.ops
+    tkreg.ops.uninstall()
+    monkeypatch.delenv(native.ENV, raising=False)
+    native._load.cache_clear()
+    SEEN.clear()
+
+
+def test_trailing_optional_inputs_may_be_left_out_and_share_the_plan_of_none(either_fast_path: Any) -> None:
+    """As F.layer_norm(x, shape) leaves out weight and bias: toy_affine(x) is toy_affine(x, None,
+    None), on the same plan and, after the first call, the same path (nothing planned again)."""
+    ops = either_fast_path
+    device = device_or_skip()
+    x, w, _ = _inputs(device)
+    dispatcher = tkreg.ops._installed["dispatchers"]["toy_affine"]
+    planned: list[int] = []
+    original = dispatcher.planned
+    dispatcher.planned = lambda *a: planned.append(1) or original(*a)  # type: ignore[method-assign]
+    for args in ((x,), (x, None), (x, None, None), (x,), (x, w), (x, w, None), (x, w)):
+        full = (*args, *(None,) * (3 - len(args)))
+        torch.testing.assert_close(ops.toy_affine(*args), affine_reference(*full), rtol=0, atol=0)
+    assert len(dispatcher._plans) == 2  # (x, None, None) and (x, w, None)
+    assert len(planned) == 2  # each signature planned once: the fast path took every later call
+    shown = inspect.signature(ops.toy_affine).parameters
+    assert [(p.name, p.default) for p in shown.values()] == [("x", inspect.Parameter.empty), ("weight", None), ("bias", None)]
+    assert "affine_torch" in ops.explain("toy_affine", x)
+
+
+def test_the_torch_operator_leaves_out_trailing_optional_inputs(ops: Any) -> None:
+    device = device_or_skip()
+    x, w, _ = _inputs(device)
+    schema = str(torch.ops.tkreg.toy_affine.default._schema)
+    assert "Tensor? weight=None, Tensor? bias=None" in schema
+    torch.testing.assert_close(torch.ops.tkreg.toy_affine(x), x, rtol=0, atol=0)
+    torch.testing.assert_close(torch.ops.tkreg.toy_affine(x, w), x * w, rtol=0, atol=0)
+
+
+def test_too_few_or_too_many_inputs_say_how_many_the_op_takes(ops: Any) -> None:
+    device = device_or_skip()
+    x, w, b = _inputs(device)
+    for args in ((), (x, w, b, b)):
+        with pytest.raises((InputError, TypeError), match=r"toy_affine.*(takes 1 to 3 tensor\(s\)|argument)"):
+            ops.toy_affine(*args)
+
+
+def test_the_python_key_of_an_optional_input_is_the_key_tensors_key_gives() -> None:
+    from tkreg.core.generated import generated
+    from tkreg.ops import keys
+
+    key = generated(f"def key(a, b):\n    return ({keys.source(['a', 'b'], frozenset({1}))},)\n", "key", {"ABSENT": keys.ABSENT})
+    x, w = torch.randn(4, 6), torch.randn(6)
+    assert key(x, None) == keys.tensors_key((x, None)) and key(x, w) == keys.tensors_key((x, w))

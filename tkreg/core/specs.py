@@ -387,6 +387,14 @@ class Op:
         return bool(self.grads)
 
     @property
+    def required_inputs(self) -> int:
+        """How many leading inputs a call must pass: the optional inputs after the last required
+        one may be left out, and are None then (as ``F.layer_norm(x, shape)`` leaves out weight
+        and bias)."""
+        names, optional = self.inputs, self.optional
+        return next((i + 1 for i in range(len(names) - 1, -1, -1) if names[i] not in optional), len(names))
+
+    @property
     def returned(self) -> tuple[Output, ...]:
         return tuple(o for o in self.outputs if o.returned)
 

@@ -87,6 +87,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         self.params = Params(op)
         self.several = len(op.outputs) > 1
         self.grad_index = tuple(op.inputs.index(g) for g in op.grads)
+        self.arity = len(op.inputs)  # 0 where the op does not name its inputs
         self.differentiable = tuple(i for i, o in enumerate(op.outputs) if o.differentiable)
         # outputs only kernels compute (an rstd kept for the backward): a peer may not write them
         self.returned = tuple(i for i, o in enumerate(op.outputs) if o.returned)
@@ -114,6 +115,8 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
     # -- the hot path -----------------------------------------------------------------------
     def __call__(self, *inputs: Any, **params: Any) -> Any:
         """Every output: one tensor, or a tuple where the op has several."""
+        if len(inputs) < self.arity:  # trailing optional inputs left out: None
+            inputs = tuple(self.form.padded(inputs))
         values = self.params.values(params) if params else self.params.defaults
         return self.planned(inputs, values).run(*inputs)  # type: ignore[misc]
 
@@ -385,6 +388,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         from .detours import CAST, context_detour, layout_detour
 
         values = self.params.values(params or {})
+        inputs = self.form.padded(inputs)
         detour = layout_detour(self.op, inputs) or context_detour(self.op, inputs)  # as tkreg.ops.<op> takes the call
         if detour is not None and detour.way == CAST:
             cast = detour.cast(inputs)

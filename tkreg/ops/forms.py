@@ -203,11 +203,27 @@ class Form:
         names = self.op.inputs
         return frozenset(names.index(n) for n in self.op.optional)
 
+    @functools.cached_property
+    def required(self) -> int:
+        """How many leading inputs a call must pass (``Op.required_inputs``; every one where the
+        op does not declare its inputs, and so has no optional ones)."""
+        if self.op.inputs:
+            return self.op.required_inputs
+        return len(self.input_names or ())
+
+    def padded(self, inputs: Sequence[Any]) -> Sequence[Any]:
+        """``inputs`` with the trailing optional inputs a call left out as None."""
+        missing = len(self.op.inputs) - len(inputs)
+        if missing <= 0 or len(inputs) < self.required:
+            return inputs
+        return (*inputs, *(None,) * missing)
+
     def contract_reasons(self, inputs: Sequence[Any]) -> list[str]:
         """Why these inputs break the op's calling contract, whatever kernels exist."""
         names = self.input_names
         if names is not None and len(inputs) != len(names):
-            return [f"{self.op.name} takes {len(names)} tensor(s) ({', '.join(names)}), got {len(inputs)}"]
+            count = f"{self.required} to {len(names)}" if self.required < len(names) else f"{len(names)}"
+            return [f"{self.op.name} takes {count} tensor(s) ({', '.join(names)}), got {len(inputs)}"]
         names = self.names_for(len(inputs))
         optional = self.optional if len(inputs) == len(self.op.inputs) else frozenset()
         reasons = [self._not_a_tensor(n, x) for i, (n, x) in enumerate(zip(names, inputs))

@@ -32,9 +32,14 @@ PER_TENSOR = len(FIELDS)
 MAX_UNROLLED = 4  # arities with a generated key function; more inputs take the loop
 
 
-def source(names: Sequence[str]) -> str:
-    """The key of tensors named ``names`` as a Python expression (no parentheses)."""
-    return ", ".join(field.format(t=name) for name in names for field in FIELDS)
+def source(names: Sequence[str], optional: frozenset[int] = frozenset()) -> str:
+    """The key of tensors named ``names`` as a Python expression (no parentheses); an input at a
+    position in ``optional`` may be None, keyed as :data:`ABSENT`."""
+    parts = []
+    for i, name in enumerate(names):
+        fields = ", ".join(field.format(t=name) for field in FIELDS)
+        parts.append(f"*(ABSENT if {name} is None else ({fields},))" if i in optional else fields)
+    return ", ".join(parts)
 
 
 def _unrolled(arity: int) -> Callable[..., tuple[Any, ...]]:

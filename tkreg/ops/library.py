@@ -90,10 +90,15 @@ _REGISTERED: dict[str, tuple[Any, Slot, Any]] = {}
 
 
 def signature_of(op: Op, names: Sequence[str]) -> inspect.Signature:
-    """The Python signature torch.library reads the schema from."""
-    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                    annotation=Optional[torch.Tensor] if n in op.optional else torch.Tensor)  # noqa: UP045
-                  for n in names]  # fmt: skip  # an optional input is "Tensor?" in the schema
+    """The Python signature torch.library reads the schema from: an optional input is "Tensor?",
+    and "Tensor? bias=None" where a call may leave it out (after the last required input)."""
+    required = op.required_inputs if tuple(names) == op.inputs else len(names)
+    parameters = [
+        inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          annotation=Optional[torch.Tensor] if n in op.optional else torch.Tensor,  # noqa: UP045
+                          default=None if i >= required else inspect.Parameter.empty)
+        for i, n in enumerate(names)
+    ]
     parameters += [
         inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, annotation=p.kind, default=p.default) for p in op.params
     ]
@@ -134,6 +139,7 @@ def torch_operator(dispatcher: Dispatcher) -> tuple[Slot, Any] | tuple[None, Non
 _TRACED_BODY = """
 def body(*inputs, **params):
     dispatcher = slot.dispatcher
+    inputs = tuple(dispatcher.form.padded(inputs))  # torch leaves out trailing inputs at their default, None
     if all(t is None or type(t) in PLAIN for t in inputs):  # None: an absent optional input
         return dispatcher(*inputs, **params)
     route = dispatcher.static_route(inputs, params)
@@ -151,7 +157,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
 
     run_time.__signature__ = signature  # type: ignore[attr-defined]
     runtime = torch.library.custom_op(f"{RUNTIME_NAMESPACE}::{name}", run_time, mutates_args=())
-    runtime.register_fake(lambda *inputs, **params: slot.dispatcher.fake_outputs(inputs, params))
+    runtime.register_fake(lambda *inputs, **params: slot.dispatcher.fake_outputs(slot.dispatcher.form.padded(inputs), params))
     runtime_overload = getattr(getattr(torch.ops, RUNTIME_NAMESPACE), name).default
     _take_plain_calls(runtime, runtime_overload, slot)
 
@@ -161,6 +167,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
     backward_overload = _define_backward(op, slot)
 
     def setup_context(ctx: Any, inputs: Sequence[Any], output: Any, keyword_only_inputs: dict[str, Any] | None = None) -> None:
+        inputs = slot.dispatcher.form.padded(inputs)  # torch leaves out trailing inputs at their default, None
         specs = slot.dispatcher.op.outputs
         outs = tuple(output) if len(specs) > 1 else (output,)
         ctx.save_for_backward(*inputs, *outs)
@@ -309,6 +316,7 @@ def _take_plain_calls(defined: Any, overload: Any, slot: Slot, apply: Callable[.
         return False
 
     def autograd_kernel(keyset: Any, *inputs: Any, **params: Any) -> Any:
+        inputs = tuple(slot.dispatcher.form.padded(inputs))  # trailing optional inputs left out: None
         odd = unusual_layout(inputs)
         if odd is not None:
             raise InputError(f"torch.ops.tkreg.{overload._opname}: {odd}; tkreg's operators take strided tensors "
@@ -485,7 +493,10 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
                                   f"op {op.name!r} has no peer to compute one")  # fmt: skip
         return NOT_TAKEN
 
+    padded = dispatcher.form.padded
+
     def slow(inputs: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        inputs = tuple(padded(inputs))  # trailing optional inputs left out: None
         detour = layout_detour(op, inputs)
         if detour is None and transforms_active():
             got = under_transforms(inputs, params)
@@ -550,7 +561,7 @@ def entry_point(dispatcher: Dispatcher, overload: Any, differentiable: Callable[
     def python_call() -> Callable[..., Any]:
         if 1 <= arity <= keys.MAX_UNROLLED:
             call = _unrolled_call(arity, dispatcher._plans, dispatcher.params, dispatcher.grad_index, slow, traced,
-                                  dispatcher.form.optional)
+                                  dispatcher.form.optional, dispatcher.form.required)
         else:
             call = _looped_call(dispatcher._plans, dispatcher.params.defaults, slow, traced)
         call.__name__ = call.__qualname__ = op.name
@@ -594,7 +605,7 @@ def _builtin_call(name: str, doc: str, signature: inspect.Signature, dispatcher:
     graded = tuple(i in dispatcher.grad_index for i in range(arity))
     builtin = make(name, f"{name}{bare}\n--\n\n{doc}", dispatcher._plans.fast, slow, graded, tuple(params.names),
                    tuple(params.kinds), tuple(params.defaults), dispatcher._plans.epoch,
-                   autocasting.policy_codes(dispatcher.op))  # fmt: skip
+                   autocasting.policy_codes(dispatcher.op), dispatcher.form.required)  # fmt: skip
 
     number = len(_TRACED)
     _TRACED[number] = traced
@@ -667,7 +678,7 @@ if {plain} and not is_compiling() and not (grad_enabled() and ({wanted})):
 # The torch operators' autograd kernel (torch always passes every input, and every parameter with
 # its declared type). ``other`` takes what the planned run does not.
 _OPERATOR = """
-def kernel(keyset, {names}, /, **params):
+def kernel(keyset, {parameters}, /, **params):
 {planned}
     return other(keyset, {names}, **params)
 """
@@ -708,14 +719,15 @@ def _fields(names: Sequence[str], params: Any, optional: frozenset[int] = frozen
     # strides and sizes, which sparse and nested tensors lack (the templates catch that and take
     # the checked path); it holds nothing of a dual tensor's tangent or of torch.autocast. The C++
     # key refuses all of these.
-    plain = " and ".join(f"type({n}) in PLAIN" for n in names)
+    plain = " and ".join(f"({n} is None or type({n}) in PLAIN)" if i in optional else f"type({n}) in PLAIN"
+                         for i, n in enumerate(names))  # fmt: skip
     return {**fields, "plain": f"{plain} and not transforms_active() and forward_ad._current_level < 0 and not autocast_on()",
-            "key": keys.source(names), "table": ""}  # fmt: skip
+            "key": keys.source(names, optional), "table": ""}  # fmt: skip
 
 
 def _scope(params: Any) -> dict[str, Any]:
     """The names the generated fast paths read."""
-    return {"MISSING": _MISSING, "PLAIN": _PLAIN, "is_compiling": torch.compiler.is_compiling,
+    return {"MISSING": _MISSING, "PLAIN": _PLAIN, "ABSENT": keys.ABSENT, "is_compiling": torch.compiler.is_compiling,
             "grad_enabled": torch.is_grad_enabled, "in_mode": is_in_torch_dispatch_mode, "transforms_active": transforms_active,
             "forward_ad": forward_ad, "autocast_on": autocast_on,
             "defaults": params.defaults, "values": params.values, "native_key": native.plan_key(),
@@ -723,13 +735,16 @@ def _scope(params: Any) -> dict[str, Any]:
 
 
 def _unrolled_call(arity: int, plans: keys.PlanTable, params: Any, graded: Sequence[int], slow: Callable[..., Any],
-                   traced: Callable[..., Any], optional: frozenset[int] = frozenset()) -> Callable[..., Any]:
+                   traced: Callable[..., Any], optional: frozenset[int] = frozenset(),
+                   required: int | None = None) -> Callable[..., Any]:
     names = [f"t{i}" for i in range(arity)]
+    required = arity if required is None else required  # inputs from here on may be left out: None
     # an input the op gives no gradient that wants one: the slow path's own error, or None
     ungraded = _wants(names, [i for i in range(arity) if i not in graded], optional)
     fields = _fields(names, params, optional)
     text = _UNROLLED.format(
-        defaults=", ".join(f"{n}=MISSING" for n in names), no_params="" if params.names else "not params and ",
+        defaults=", ".join(f"{n}={'None' if i >= required else 'MISSING'}" for i, n in enumerate(names)),
+        no_params="" if params.names else "not params and ",
         ungraded=ungraded, **fields,
     )
     table = plans.fast if fields["table"] else plans  # the table the key _fields spells is kept in
@@ -740,9 +755,12 @@ def _operator_call(arity: int, slot: Slot, other: Callable[..., Any]) -> Callabl
     """An operator's autograd kernel (:data:`_OPERATOR`); the plans are those of the dispatcher
     the slot holds at each call (installing another registry swaps it; the schema, and with it the
     parameters, stays)."""
-    params = slot.dispatcher.params
+    params, form = slot.dispatcher.params, slot.dispatcher.form
     names = [f"t{i}" for i in range(arity)]
-    text = _OPERATOR.format(names=", ".join(names), planned=_planned_run(names, params, 4, slot.dispatcher.form.optional))
+    # torch passes the inputs a call gave: the trailing optional ones it left out are None
+    parameters = ", ".join(f"{n}=None" if i >= form.required else n for i, n in enumerate(names))
+    text = _OPERATOR.format(names=", ".join(names), parameters=parameters,
+                            planned=_planned_run(names, params, 4, form.optional))  # fmt: skip
     return generated(text, "kernel", {**_scope(params), "slot": slot, "other": other})
 
 

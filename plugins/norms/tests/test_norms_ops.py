@@ -10,6 +10,7 @@ only while tkreg.ops cannot pass eps to the op."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -56,9 +57,11 @@ def _close(what: str, got: torch.Tensor, want: torch.Tensor, tol: Any) -> list[s
     return [] if result.ok else [f"{what}: {result.report()}"]
 
 
-def _check(name: str, dtype: torch.dtype, eps: float, compiled: bool, absent: tuple[str, ...] = ()) -> list[str]:
+def _check(name: str, dtype: torch.dtype, eps: float, compiled: bool, absent: tuple[str, ...] = (),
+           omit: bool = False) -> list[str]:
     """One call of tkreg.ops.<name> on 3-D inputs, its y and gradients against torch's in float64;
-    the inputs named in ``absent`` are passed as None (Op.optional), to torch too."""
+    the inputs named in ``absent`` are passed as None (Op.optional), to torch too; with ``omit``,
+    trailing absent ones are left out of tkreg's call instead."""
     from tkreg_norms import plugin
 
     import tkreg
@@ -75,10 +78,14 @@ def _check(name: str, dtype: torch.dtype, eps: float, compiled: bool, absent: tu
         # absent input) would pass dynamo's recompile limit (8), which fullgraph=True makes an error
         torch._dynamo.reset()
     call = torch.compile(lambda *t: fn(*t, eps=eps), fullgraph=True) if compiled else (lambda *t: fn(*t, eps=eps))
-    y = call(*leaves)
+    given = list(leaves)
+    while omit and given[-1] is None:
+        given.pop()
+    y = call(*given)
     wide = [None if t is None else t.detach().double().requires_grad_() for t in leaves]
     want = F.layer_norm(*wide[:1], (300,), *wide[1:], eps) if layer else F.rms_norm(wide[0], (300,), wide[1], eps)
     tag = f"{name} {dtype} eps={eps} compiled={compiled}" + (f" without {', '.join(absent)}" if absent else "")
+    tag += " (left out)" if omit else ""
     case = plugin.CASES[0]
     problems = [] if y.shape == shape else [f"{tag}: y has shape {tuple(y.shape)}"]
     problems += _close(f"{tag} y", y, want, op.tolerance(str(dtype).removeprefix("torch."), case))
@@ -117,6 +124,7 @@ def run_checks() -> dict[str, Any]:
 # rms_norm's weight, layer_norm's bias or both vectors left out: nn.RMSNorm(d,
 # elementwise_affine=False), nn.LayerNorm(d, bias=False), nn.LayerNorm(d, elementwise_affine=False)
 ABSENT = (("rms_norm", ("weight",)), ("layer_norm", ("bias",)), ("layer_norm", ("weight", "bias")))
+OPS_INPUTS = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias")}
 
 
 def _absent_inputs(calls: _Calls) -> list[str]:
@@ -125,12 +133,13 @@ def _absent_inputs(calls: _Calls) -> list[str]:
     problems: list[str] = []
     for name, absent in ABSENT:
         before = len(calls.lines)
+        trailing = absent[-1] == OPS_INPUTS[name][-1]  # then also left out of the call, as F.layer_norm(x, shape)
         for dtype in (torch.float32, torch.bfloat16):
-            for compiled in (False, True):
+            for compiled, omit in itertools.product((False, True), (False, True) if trailing else (False,)):
                 try:
-                    problems += _check(name, dtype, 1e-5, compiled, absent)
+                    problems += _check(name, dtype, 1e-5, compiled, absent, omit)
                 except Exception as e:  # the next combination still runs; the first error says why
-                    problems.append(f"{name} without {', '.join(absent)} {dtype} compiled={compiled}: {e!r}")
+                    problems.append(f"{name} without {', '.join(absent)} {dtype} compiled={compiled} omit={omit}: {e!r}")
         lines = calls.lines[before:]
         for kernel in (f"{name}_triton", f"{name}_bwd_triton"):
             if not any(kernel in line and "peer" not in line for line in lines):

@@ -23,6 +23,9 @@
 // op that declares nothing for the inputs' device type goes to ``slow``, which makes the peer's own
 // call, as does anything the casts do not take.
 //
+// A call may leave out the op's trailing optional inputs (``required``: how many it must pass):
+// they are None, as if passed, so such a call finds the same plan on the same path.
+//
 // A trace never runs this: torch.compile inlines the polyfill library.py registers for each
 // builtin (torch.compiler.substitute_in_graph), and a tracer's tensors are not plain.
 #include "native.h"
@@ -59,6 +62,7 @@ struct FastCall {
   PyObject* epoch;     // bytearray(8): the table's epoch; a memo slot of another epoch is empty
   std::vector<char>* graded;  // per input: whether the op gives it a gradient (its size: the arity)
   int autocast[2];     // the op's autocast policy codes on CUDA and on the CPU (native.h)
+  Py_ssize_t required; // inputs a call must pass; the rest (optional) are None where left out
   MemoSlot* memo;      // kMemoSlots slots
   std::string* name;
   std::string* doc;
@@ -309,14 +313,24 @@ PyObject* autocast_call(FastCall* self, PyObject* const* args, Py_ssize_t nargs,
   return planned_call(self, cast.items.data(), nargs, kwnames);
 }
 
+PyObject* checked_call(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return slow_call(self, args, nargs, kwnames);
+  if (tkreg_autocast_on()) return autocast_call(self, args, nargs, kwnames);
+  return planned_call(self, args, nargs, kwnames);
+}
+
 PyObject* fast_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<FastCall*>(self_obj);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (nargs != static_cast<Py_ssize_t>(self->graded->size()) || c10::impl::TorchDispatchModeTLS::any_modes_set()) {
-    return slow_call(self, args, nargs, kwnames);
-  }
-  if (tkreg_autocast_on()) return autocast_call(self, args, nargs, kwnames);
-  return planned_call(self, args, nargs, kwnames);
+  const auto arity = static_cast<Py_ssize_t>(self->graded->size());
+  if (nargs == arity) return checked_call(self, args, nargs, kwnames);
+  if (nargs > arity || nargs < self->required) return slow_call(self, args, nargs, kwnames);
+  // trailing optional inputs left out: None in their place, then the parameters' values
+  const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+  std::vector<PyObject*> padded(args, args + nargs);
+  padded.insert(padded.end(), static_cast<size_t>(arity - nargs), Py_None);
+  padded.insert(padded.end(), args + nargs, args + nargs + nkw);
+  return checked_call(self, padded.data(), arity, kwnames);
 }
 
 }  // namespace
@@ -339,9 +353,10 @@ PyObject* tkreg_make_fast_call(PyObject* /*module*/, PyObject* args) {
   PyObject *table = nullptr, *slow = nullptr, *graded = nullptr, *names = nullptr, *kinds = nullptr, *defaults = nullptr;
   PyObject* epoch = nullptr;
   int autocast_cuda = 0, autocast_cpu = 0;
-  if (!PyArg_ParseTuple(args, "ssO!OO!O!O!O!O!(ii)", &name, &doc, &PyDict_Type, &table, &slow, &PyTuple_Type, &graded,
+  Py_ssize_t required = -1;
+  if (!PyArg_ParseTuple(args, "ssO!OO!O!O!O!O!(ii)|n", &name, &doc, &PyDict_Type, &table, &slow, &PyTuple_Type, &graded,
                         &PyTuple_Type, &names, &PyTuple_Type, &kinds, &PyTuple_Type, &defaults, &PyByteArray_Type, &epoch,
-                        &autocast_cuda, &autocast_cpu)) {
+                        &autocast_cuda, &autocast_cpu, &required)) {
     return nullptr;
   }
   for (const int policy : {autocast_cuda, autocast_cpu}) {
@@ -373,6 +388,9 @@ PyObject* tkreg_make_fast_call(PyObject* /*module*/, PyObject* args) {
   self->epoch = Py_NewRef(epoch);
   self->autocast[0] = autocast_cuda;
   self->autocast[1] = autocast_cpu;
+  // every input required unless told (0 < required <= arity)
+  const Py_ssize_t arity = PyTuple_GET_SIZE(graded);
+  self->required = required > 0 && required <= arity ? required : arity;
   self->memo = new (std::nothrow) MemoSlot[kMemoSlots];
   self->graded = new (std::nothrow) std::vector<char>();
   self->name = new (std::nothrow) std::string(name);

@@ -204,7 +204,7 @@ PyMethodDef methods[] = {
     {"pack", pack, METH_O, "pack(fields) -> bytes: the packed key of a Python key's flat tensor fields"},
     {"plain", plain, METH_VARARGS, "plain(types, alignment_bytes): the exact tensor types key() accepts, and the alignment class"},
     {"fast_call", tkreg_make_fast_call, METH_VARARGS,
-     "fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
+     "fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast[, required]): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
     {"outputs", tkreg_make_outputs, METH_O, "outputs(layouts) -> allocate(): a plan's new outputs per call (outputs.cpp)"},
     {"replayed", tkreg_make_replayed, METH_VARARGS,
      "replayed(allocate, replay, declined, at, picks) -> builtin: a replayed plan's call (replayed_call.cpp)"},

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 import tkreg
+from tests.ops_support import choice_by_priority, device_or_skip, randn, registry_with, same_alignment_as
 from tkreg.core.errors import InputError, SpecError
 from tkreg.core.tolerances import EXACT
-
-from .ops_support import choice_by_priority, device_or_skip, randn, registry_with, same_alignment_as
 
 torch = pytest.importorskip("torch")
 

@@ -675,8 +675,9 @@ if {plain} and not is_compiling() and not (grad_enabled() and ({wanted})):
         return plan.run({names})
 """
 
-# The torch operators' autograd kernel (torch always passes every input, and every parameter with
-# its declared type). ``other`` takes what the planned run does not.
+# The torch operators' autograd kernel (torch passes every input but trailing ones left at their
+# default, None, and every parameter with its declared type). ``other`` takes what the planned run
+# does not.
 _OPERATOR = """
 def kernel(keyset, {parameters}, /, **params):
 {planned}

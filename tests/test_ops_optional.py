@@ -377,3 +377,20 @@ def test_the_python_key_of_an_optional_input_is_the_key_tensors_key_gives() -> N
     key = generated(f"def key(a, b):\n    return ({keys.source(['a', 'b'], frozenset({1}))},)\n", "key", {"ABSENT": keys.ABSENT})
     x, w = torch.randn(4, 6), torch.randn(6)
     assert key(x, None) == keys.tensors_key((x, None)) and key(x, w) == keys.tensors_key((x, w))
+
+
+def test_tune_with_training_takes_an_input_the_variant_leaves_out(ops: Any, monkeypatch: Any) -> None:
+    """tkreg tune's per-shape step (the forward, then a call that wants a gradient) on inputs with
+    None, as `tkreg tune layer_norm --variant no_bias --training` makes them; on the CPU no choice
+    is measured, so the plan's description stands in for it."""
+    from tkreg.ops import prefill
+
+    device = device_or_skip()
+    x, w, _ = _inputs(device)
+    dispatcher = tkreg.ops._installed["dispatchers"]["toy_affine"]
+    if device == "cpu":  # what tkreg tune does on a GPU after the calls: nothing to wait for, no choice measured
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+        monkeypatch.setattr(dispatcher.chooser, "known", lambda *a: None)
+    tuned = prefill._tuned("toy_affine", dispatcher, ops.toy_affine, (x, w, None), {}, "6x10-no_bias", training=True)
+    assert tuned.shape == "6x10-no_bias" and "affine_torch" in tuned.note
+    assert ("affine_backward_torch", True, False) in SEEN  # the call that wants a gradient ran without the bias

@@ -132,8 +132,8 @@ def _tuned(op: str, dispatcher: Any, call: Any, inputs: tuple[Any, ...], params:
 
     call(*inputs, **params)
     if training and dispatcher.op.grads:
-        wanting = [t.detach().requires_grad_(i in dispatcher.grad_index and t.is_floating_point())
-                   for i, t in enumerate(inputs)]  # fmt: skip
+        wanting = [t if t is None else t.detach().requires_grad_(i in dispatcher.grad_index and t.is_floating_point())
+                   for i, t in enumerate(inputs)]  # fmt: skip  # None: an absent optional input
         call(*wanting, **params)  # a call that wants a gradient: times the training choice
     torch.cuda.synchronize()
     plan = dispatcher.plan(inputs, dispatcher.params.values(params), tune=False)

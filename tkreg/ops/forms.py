@@ -225,9 +225,8 @@ class Form:
             count = f"{self.required} to {len(names)}" if self.required < len(names) else f"{len(names)}"
             return [f"{self.op.name} takes {count} tensor(s) ({', '.join(names)}), got {len(inputs)}"]
         names = self.names_for(len(inputs))
-        optional = self.optional if len(inputs) == len(self.op.inputs) else frozenset()
         reasons = [self._not_a_tensor(n, x) for i, (n, x) in enumerate(zip(names, inputs))
-                   if not is_tensor(x) and not (x is None and i in optional)]  # fmt: skip
+                   if not is_tensor(x) and not (x is None and i in self.optional)]  # fmt: skip
         if reasons:
             return reasons
         at = self._present(inputs)
@@ -245,6 +244,15 @@ class Form:
         """Positions of the inputs a call passed (an optional input may be None)."""
         return [i for i, x in enumerate(inputs) if x is not None]
 
+    @staticmethod
+    def _placed(at: Sequence[int], shapes: Sequence[Any], count: int) -> tuple[Any, ...]:
+        """Per-input ``shapes`` of the inputs at positions ``at``, in place among ``count`` inputs
+        (None for an absent one)."""
+        placed: list[Any] = [None] * count
+        for i, shape in zip(at, shapes):
+            placed[i] = shape
+        return tuple(placed)
+
     def tensor_reasons(self, inputs: Sequence[Any], names: Sequence[str]) -> list[str]:
         """The contract beyond "these are tensors" (shapes, dtypes, devices agreeing), for the
         inputs a call passed (absent optional ones left out, the first input never among them)."""
@@ -259,10 +267,8 @@ class Form:
         view = self.present_view([inputs[i] for i in at])
         if not isinstance(view, KernelView):
             return view
-        shapes: list[tuple[int, ...] | None] = [None] * len(inputs)
-        for i, shape in zip(at, view.shapes):
-            shapes[i] = shape
-        return KernelView(tuple(shapes), frozenset(at[i] for i in view.selects), view.batched, view.note)
+        shapes = self._placed(at, view.shapes, len(inputs))
+        return KernelView(shapes, frozenset(at[i] for i in view.selects), view.batched, view.note)
 
     def present_view(self, inputs: Sequence[Any]) -> KernelView | str:
         """:meth:`kernel_view` of inputs that are all tensors."""
@@ -314,10 +320,7 @@ class Form:
         at = self._present(inputs)
         if len(at) == len(inputs):
             return self.present_shapes(inputs)
-        shapes: list[tuple[Any, ...] | None] = [None] * len(inputs)
-        for i, shape in zip(at, self.present_shapes([inputs[i] for i in at])):
-            shapes[i] = shape
-        return tuple(shapes)
+        return self._placed(at, self.present_shapes([inputs[i] for i in at]), len(inputs))
 
     def present_shapes(self, inputs: Sequence[Any]) -> tuple[tuple[Any, ...] | None, ...]:
         """:meth:`logical_shapes` of inputs that are all tensors."""

@@ -220,8 +220,7 @@ def run_backward_check(
     problem = backward_problem(op, case, dtype, seed, device, params)
     inputs, outputs, grad_outputs, expected = problem
     # an absent optional input has no gradient: None in its place, as tkreg.ops passes it
-    grads = tuple(_gradient_like(inputs[op.inputs.index(g)]) for g in op.grads)
-    grads = tuple(g if g is None else poison(g) for g in grads)
+    grads = tuple(None if x is None else poison(_gradient_like(x)) for x in (inputs[op.inputs.index(g)] for g in op.grads))
     context = _context(kernel, op, case, dtype, config, params, seed, device)
     names = (*op.inputs, *(o.name for o in op.outputs), *(f"grad_{o.name}" for o in op.outputs if o.differentiable))
     call = _Call(registry, kernel, (*inputs, *outputs, *grad_outputs), grads, params, config, context, tuple_out=True)
@@ -263,15 +262,17 @@ def backward_problem(
     present = [t for t in targets if t is not None]
     got = iter(torch.autograd.grad([r for _, r, _ in differentiable], present, [g.double() for g in grad_outputs],
                                    allow_unused=True))  # fmt: skip
-    grads = [None if t is None else next(got) for t in targets]
-    return inputs, outputs, grad_outputs, tuple(e if t is None or e is not None else torch.zeros_like(t)
-                                                for t, e in zip(targets, grads))  # fmt: skip
+    grads = []
+    for t in targets:
+        g = None if t is None else next(got)
+        grads.append(torch.zeros_like(t) if t is not None and g is None else g)  # unused by the reference: zeros
+    return inputs, outputs, grad_outputs, tuple(grads)
 
 
 def _gradient_like(t: Any) -> Any:
     import torch
 
-    return None if t is None else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
 
 
 def _compare(out: Any, ref: Any, tol: Any) -> Comparison:

@@ -317,15 +317,15 @@ class BatchedLoop:
         self.calls: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
 
     @staticmethod
-    def batches_only(a: Any, b: Any) -> list[str]:
+    def batches_only(a: Any, b: Any, bias: Any) -> list[str]:
         return [] if a.dim() == 3 and b.dim() == 3 else ["takes 3-D batches only"]
 
-    def __call__(self, a: Any, b: Any, out: Any) -> Any:
+    def __call__(self, a: Any, b: Any, bias: Any, out: Any) -> Any:
         from tkreg_matmul.triton_kernel import matmul_triton
 
         self.calls.append((tuple(a.shape), tuple(b.shape), tuple(out.shape)))
         for i in range(a.shape[0]):
-            matmul_triton(a[i], b[i], out[i])
+            matmul_triton(a[i], b[i], bias, out=out[i])
         return out
 
     @tkreg.hookimpl

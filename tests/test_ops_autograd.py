@@ -78,11 +78,11 @@ class MatmulSpy:
     def __init__(self) -> None:
         self.calls: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
 
-    def __call__(self, a: Any, b: Any, out: Any = None) -> Any:
+    def __call__(self, a: Any, b: Any, bias: Any = None, out: Any = None) -> Any:
         from tkreg_matmul.triton_kernel import matmul_triton
 
         self.calls.append((tuple(a.shape), a.stride(), tuple(b.shape), b.stride()))
-        return matmul_triton(a, b, out)
+        return matmul_triton(a, b, bias, out=out)
 
     @tkreg.hookimpl
     def tkreg_register_kernels(self, register: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from tkreg_matmul.checks import refused_bias
 from tkreg_matmul.gluon_common import (
     GluonLaunch,
     ShapeClassCache,
@@ -20,6 +21,7 @@ from tkreg import RequirementError
 from tkreg.core.capability import Arch
 from tkreg.core.schedulers import gluon_impl
 from tkreg.launch.aot import AotSpec
+from tkreg.launch.inputs import fail_if
 
 from .kernel import NUM_ACC_BUFFERS as KERNEL_ACC_BUFFERS
 from .kernel import matmul_blackwell_ws_kernel
@@ -130,10 +132,13 @@ def _resolve(a: Any, b: Any, out: Any, config: tuple[tuple[str, Any], ...]) -> t
     return layout, block_shapes, values, variant, grid
 
 
-def matmul_blackwell_ws(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
+def matmul_blackwell_ws(a: Any, b: Any, bias: Any = None, out: Any = None, **config: Any) -> Any:
     """C = A @ B on data-centre Blackwell. B is a row-major (K, N) tensor or the transposed view of a
-    row-major (N, K) weight, read as stored. ``config``: BLOCK_M/N/K, num_buffers, SUBTILE_FACTOR,
-    num_warps and ``scheduler`` (a registered name or a Scheduler spec); defaults in DEFAULTS."""
+    row-major (N, K) weight, read as stored. No bias epilogue: ``bias`` must be None (its
+    Requirements refuse a bias, so tkreg.ops never passes one). ``config``: BLOCK_M/N/K,
+    num_buffers, SUBTILE_FACTOR, num_warps and ``scheduler`` (a registered name or a Scheduler
+    spec); defaults in DEFAULTS."""
+    fail_if(refused_bias(bias))
     key = tuple(sorted(config.items()))
     resolved = _resolved.lookup(a, b, out, key)
     if resolved is None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tkreg_matmul.checks import refused_bias
 from tkreg_matmul.gluon_common import (
     GluonLaunch,
     ShapeClassCache,
@@ -32,6 +33,7 @@ from tkreg import Scheduler
 from tkreg.core.capability import Arch
 from tkreg.core.schedulers import gluon_impl
 from tkreg.launch.aot import AotSpec
+from tkreg.launch.inputs import fail_if
 
 from . import build
 from .choice import choose
@@ -103,13 +105,16 @@ def launch_plan(
     )
 
 
-def matmul_hopper_ws(a: Any, b: Any, out: Any = None, *, scheduler: str | Scheduler | None = None, **params: Any) -> Any:
+def matmul_hopper_ws(a: Any, b: Any, bias: Any = None, out: Any = None, *, scheduler: str | Scheduler | None = None,
+                     **params: Any) -> Any:  # fmt: skip
     """C = A @ B on an H100 (sm_90a). A (M, K): fp16 or bf16 CUDA tensor meeting TMA's layout rules
     (contiguous last dimension, 16-byte aligned base and row stride). B (K, N): row-major like A, or
-    the transposed view of a row-major (N, K) weight (``x @ W.t()``), read as stored. ``out``, if
-    given, must be a TMA-legal (M, N) tensor of the same dtype; one allocated here is contiguous,
-    so N must be a multiple of 8. ``params`` are HopperConfig fields; with none, the launcher
-    chooses them (and the scheduler) for the problem (:func:`.choice.choose`)."""
+    the transposed view of a row-major (N, K) weight (``x @ W.t()``), read as stored. No bias
+    epilogue: ``bias`` must be None. ``out``, if given, must be a TMA-legal (M, N) tensor of the
+    same dtype; one allocated here is contiguous, so N must be a multiple of 8. ``params`` are
+    HopperConfig fields; with none, the launcher chooses them (and the scheduler) for the problem
+    (:func:`.choice.choose`)."""
+    fail_if(refused_bias(bias))
     extra = (tuple(sorted(params.items())), scheduler) if params or scheduler is not None else None
     resolved = _resolved.lookup(a, b, out, extra)
     if resolved is None:

@@ -58,7 +58,7 @@ for dtype in (torch.float16, torch.bfloat16):
         want = a.double() @ b.double()
         for config in ({}, SMALL):
             out = torch.full((a.shape[0], a.shape[1], b.shape[2]), float("nan"), dtype=dtype)
-            got = matmul_triton_batched(a, b, out, **config)
+            got = matmul_triton_batched(a, b, out=out, **config)
             new = matmul_triton_batched(a, b, **config)
             k = a.shape[2]
             bound = 8 * 2 ** -24 * (2 / 3.14159) * k ** 1.5 + 2 * (2 ** -10 if dtype == torch.float16 else 2 ** -7) * want.abs()

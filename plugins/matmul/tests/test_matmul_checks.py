@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tkreg_matmul.checks import gluon_matmul_inputs_reasons, operand_reasons, validate_gluon_matmul
+from tkreg_matmul.checks import (
+    bias_reasons,
+    gluon_matmul_inputs_reasons,
+    gluon_operand_reasons,
+    matrix_inputs_reasons,
+    operand_reasons,
+    validate_gluon_matmul,
+)
 from tkreg_matmul.layouts import TransposedView, b_layout, b_tma_reasons
 from tkreg_matmul.triton_kernel import matmul_triton
 
@@ -43,7 +50,41 @@ def test_gluon_inputs_reasons_tma_rules():
     assert any("a: stride of dim 0 is 33" in r for r in odd), odd
     transposed = gluon_matmul_inputs_reasons(t(8, 16).t(), t(8, 16))
     assert any("last stride" in r for r in transposed), transposed
-    assert gluon_matmul_inputs_reasons(t(16, 16), t(16, 16), t(16, 16)[:, 1:]) != []
+    # extra tensors (an output) are held to TMA's rules too
+    assert gluon_operand_reasons(t(16, 16), t(16, 16), t(16, 16)) == []
+    assert gluon_operand_reasons(t(16, 16), t(16, 16), t(16, 16)[:, 1:]) != []
+
+
+def test_kernels_without_a_bias_epilogue_refuse_a_bias():
+    assert gluon_matmul_inputs_reasons(t(16, 16), t(16, 16), None) == []
+    refused = ["bias: this kernel has no bias epilogue (it takes bias=None only)"]
+    assert gluon_matmul_inputs_reasons(t(16, 16), t(16, 16), t(16)) == refused
+
+
+@pytest.mark.parametrize(
+    ("bias", "message"),
+    [
+        (t(4, 6), "bias must be 1-D"),
+        (t(5), "bias has 5 elements; it must have N=6"),
+        (t(6, dtype=torch.bfloat16), "bias must have a's dtype"),
+        (t(6, dtype=torch.float32), "bias has dtype float32"),
+        (t(12)[::2], "bias must be contiguous, got stride 2"),
+        (t(0), "bias is empty"),
+    ],
+)
+def test_bias_reasons(bias, message):
+    a, b = t(4, 8), t(8, 6)
+    reasons = bias_reasons(a, b, bias)
+    assert any(message in r for r in reasons), reasons
+    assert matrix_inputs_reasons(a, b, bias) == reasons
+    with pytest.raises(InputError, match=message):
+        matmul_triton(a, b, bias)
+
+
+def test_bias_reasons_take_none_and_a_vector():
+    a, b = t(4, 8), t(8, 6)
+    assert bias_reasons(a, b, None) == [] and bias_reasons(a, b, t(6)) == []
+    assert bias_reasons(a, t(1, 1), t(1)) == []  # a one-element bias has any stride
 
 
 def test_gluon_inputs_take_a_weight_as_stored():

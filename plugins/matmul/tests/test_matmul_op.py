@@ -46,15 +46,17 @@ def test_bench_suite_is_the_llama_projections_in_both_layouts(matmul_op):
             assert {f"{m}x{n}x{k}", f"{m}x{n}x{k}-weight"} <= bench
     assert {"3000x5000x2000", "3000x5000x2000-weight"} <= bench
     assert {f"8192x8192x{k}" for k in (512, 1024, 2048, 4096, 8192, 16384)} <= bench
-    assert len(bench) == 40
+    assert {"16x4608x3584-weight-bias", "2048x4608x3584-weight-bias"} <= bench  # a fused QKV projection with a bias
+    assert len(bench) == 42
     assert matmul_op.bench_dtypes == ("bfloat16",)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("variant", ["", "strided", "transposed", "weight", "weight-strided"])
 def test_make_inputs_layouts(matmul_op, dtype, variant):
-    a, b = make_inputs(matmul_op, case(M=33, N=24, K=40, variant=variant), dtype, seed=1, device="cpu")
+    a, b, bias = make_inputs(matmul_op, case(M=33, N=24, K=40, variant=variant), dtype, seed=1, device="cpu")
     assert a.shape == (33, 40) and b.shape == (40, 24)
+    assert bias is None
     assert a.dtype == b.dtype == getattr(torch, dtype)
     assert bool((a != 0).any()) and bool((b != 0).any())
     legal = not tma_reasons(a, "a") and b_tma_reasons(b)[1] == []
@@ -74,11 +76,33 @@ def test_make_inputs_layouts(matmul_op, dtype, variant):
         assert legal and b_layout(b) == "nk"
 
 
+@pytest.mark.parametrize("layout", ["", "strided", "transposed", "weight", "weight-strided", "batched", "batched-weight"])
+def test_bias_variants_add_a_bias_to_the_same_operands(matmul_op, layout):
+    dims = {"B": 2, "M": 5, "N": 24, "K": 40} if layout.startswith("batched") else {"M": 5, "N": 24, "K": 40}
+    plain = make_inputs(matmul_op, case(**dims, variant=layout), "bfloat16", seed=4, device="cpu")
+    a, b, bias = make_inputs(matmul_op, case(**dims, variant=f"{layout}-bias" if layout else "bias"), "bfloat16", seed=4,
+                             device="cpu")  # fmt: skip
+    assert torch.equal(a, plain[0]) and torch.equal(b, plain[1]) and a.stride() == plain[0].stride()
+    assert plain[2] is None
+    assert bias.shape == (24,) and bias.dtype == torch.bfloat16 and bias.is_contiguous() and bool((bias != 0).any())
+
+
+def test_reference_adds_the_bias_to_every_row():
+    a, b, bias = (torch.randn(*shape, dtype=torch.float64) for shape in ((3, 2, 4), (4, 5), (5,)))
+    assert torch.allclose(op.reference(a, b, bias), torch.einsum("imk,kn->imn", a, b) + bias)
+    assert torch.equal(op.reference(a, b), a @ b)
+
+
+def test_unknown_variant_names_the_known_ones(matmul_op):
+    with pytest.raises(ValueError, match="'weight-bias'"):
+        make_inputs(matmul_op, case(M=2, N=2, K=2, variant="weight-biased"), "float16", seed=1, device="cpu")
+
+
 def test_make_inputs_fresh_per_seed(matmul_op):
     c = case(M=16, N=16, K=16)
-    a1, _ = make_inputs(matmul_op, c, "float16", seed=1, device="cpu")
-    a2, _ = make_inputs(matmul_op, c, "float16", seed=2, device="cpu")
-    a3, _ = make_inputs(matmul_op, c, "float16", seed=1, device="cpu")
+    a1, _, _ = make_inputs(matmul_op, c, "float16", seed=1, device="cpu")
+    a2, _, _ = make_inputs(matmul_op, c, "float16", seed=2, device="cpu")
+    a3, _, _ = make_inputs(matmul_op, c, "float16", seed=1, device="cpu")
     assert not torch.equal(a1, a2) and torch.equal(a1, a3)
 
 
@@ -109,7 +133,7 @@ def _fp32_result(a, b, k_keep=None):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tolerance_passes_fp32_accumulation_and_fails_bugs(matmul_op, dtype):
     c = case(M=64, N=48, K=1000)
-    a, b = make_inputs(matmul_op, c, dtype, seed=3, device="cpu")
+    a, b, _ = make_inputs(matmul_op, c, dtype, seed=3, device="cpu")
     ref = op.reference(a.double(), b.double()).to(a.dtype).double()
     tol = matmul_op.tolerance(dtype, c)
     assert compare(_fp32_result(a, b), ref, tol).ok

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from tkreg.launch.inputs import fail_if
 
-from .checks import batched_operand_reasons
+from .checks import batched_operand_reasons, bias_reasons
 from .gluon_common import ShapeClassCache
 from .layouts import b_layout
 from .triton_kernel import Plan, launch_planned, matmul_tile, tile_plan
@@ -23,7 +23,7 @@ from .triton_kernel import Plan, launch_planned, matmul_tile, tile_plan
 
 @triton.jit
 def batched_matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
+    a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UPCAST: tl.constexpr, ALIGN: tl.constexpr, B_NK: tl.constexpr,
@@ -34,7 +34,8 @@ def batched_matmul_kernel(
         stride_ab = (stride_ab // ALIGN) * ALIGN
         stride_bb = (stride_bb // ALIGN) * ALIGN
         stride_cb = (stride_cb // ALIGN) * ALIGN
-    matmul_tile(a_ptr + batch * stride_ab, b_ptr + batch * stride_bb, c_ptr + batch * stride_cb, M, N, K,
+    # One bias (N,) for every batch, as F.linear and torch.baddbmm broadcast it.
+    matmul_tile(a_ptr + batch * stride_ab, b_ptr + batch * stride_bb, c_ptr + batch * stride_cb, bias_ptr, M, N, K,
                 stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, tl.program_id(0),
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, UPCAST, ALIGN, B_NK)  # fmt: skip
 
@@ -42,15 +43,15 @@ def batched_matmul_kernel(
 _plans = ShapeClassCache()
 
 
-def matmul_triton_batched(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
-    """C = A @ B per batch, into ``out`` (Bt, M, N) or a new contiguous one. ``config``: BLOCK_M,
-    BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; any left out come from
-    :func:`tkreg_matmul.configs.pick_config` for one batch's sizes."""
-    return launch_planned(_plans, _plan, a, b, out, config)
+def matmul_triton_batched(a: Any, b: Any, bias: Any = None, out: Any = None, **config: Any) -> Any:
+    """C = A @ B (+ bias (N,), the same for every batch) per batch, into ``out`` (Bt, M, N) or a new
+    contiguous one. ``config``: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; any left
+    out come from :func:`tkreg_matmul.configs.pick_config` for one batch's sizes."""
+    return launch_planned(_plans, _plan, a, b, bias, out, config)
 
 
-def _plan(a: Any, b: Any, out: Any, config: dict[str, Any]) -> Plan:
-    fail_if(batched_operand_reasons(a, b))
+def _plan(a: Any, b: Any, bias: Any, out: Any, config: dict[str, Any]) -> Plan:
+    fail_if(batched_operand_reasons(a, b) + bias_reasons(a, b, bias))
     batches, M, K = a.shape
     layout = b_layout(b[0]) if a.stride(2) == 1 else None
-    return tile_plan(batched_matmul_kernel, a, b, out, (M, b.shape[2], K), layout, config, (batches,))
+    return tile_plan(batched_matmul_kernel, a, b, bias, out, (M, b.shape[2], K), layout, config, (batches,))

@@ -23,17 +23,37 @@ def operand_reasons(a: Any, b: Any) -> list[str]:
     return reasons
 
 
+def bias_reasons(a: Any, b: Any, bias: Any) -> list[str]:
+    """A bias is None, or a contiguous vector of N elements (B's last dim) of A's dtype, as
+    ``nn.Linear`` keeps it. (torch also broadcasts other shapes; tkreg.ops gives those to the peer.)"""
+    if bias is None:
+        return []
+    reasons = tensor_reasons(bias, "bias", rank=1, dtypes_allowed=DTYPES)
+    if reasons:
+        return reasons
+    n = b.shape[-1]
+    if bias.shape[0] != n:
+        reasons.append(f"bias has {bias.shape[0]} elements; it must have N={n} (b's last dim)")
+    if bias.dtype != a.dtype:
+        reasons.append(f"bias must have a's dtype, got {bias.dtype} and {a.dtype}")
+    if bias.stride(0) != 1 and bias.shape[0] > 1:
+        reasons.append(f"bias must be contiguous, got stride {bias.stride(0)}")
+    return reasons
+
+
 MAX_BATCHES = 65535  # a grid's second axis: one batch per index
 
 
-def matrix_inputs_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
-    """Requirements.inputs of kernels that take one product: 2-D A and B (see operand_reasons)."""
-    return operand_reasons(a, b)
+def matrix_inputs_reasons(a: Any, b: Any, bias: Any = None, *rest: Any) -> list[str]:
+    """Requirements.inputs of kernels that take one product: 2-D A and B (see operand_reasons) and a
+    bias (see bias_reasons)."""
+    return operand_reasons(a, b) or bias_reasons(a, b, bias)
 
 
-def batched_operand_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
+def batched_operand_reasons(a: Any, b: Any, bias: Any = None, *rest: Any) -> list[str]:
     """Requirements.inputs of batched kernels: A (Bt, M, K) and B (Bt, K, N), 3-D fp16/bf16 tensors of
-    one dtype with as many batches, at most MAX_BATCHES, whose inner dimensions agree."""
+    one dtype with as many batches, at most MAX_BATCHES, whose inner dimensions agree, and a bias
+    (N,) for every batch (see bias_reasons)."""
     reasons = tensor_reasons(a, "a", rank=3, dtypes_allowed=DTYPES) + tensor_reasons(b, "b", rank=3, dtypes_allowed=DTYPES)
     if reasons:
         return reasons
@@ -43,20 +63,31 @@ def batched_operand_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
         reasons.append(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: need a (Bt, M, K) and b (Bt, K, N)")
     elif a.shape[0] > MAX_BATCHES:
         reasons.append(f"{a.shape[0]} batches; at most {MAX_BATCHES} in one launch")
-    return reasons
+    return reasons or bias_reasons(a, b, bias)
 
 
-def gluon_matmul_inputs_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
-    """Requirements.inputs for TMA matmuls: operand checks, then TMA's layout rules (last stride 1,
-    16-byte aligned base and row stride: K and N multiples of 8 for 2-byte types) for A, and for B
-    as a row-major (K, N) tensor or as the transpose of a row-major (N, K) weight (see
-    :mod:`tkreg_matmul.layouts`). Extra inputs (e.g. an output) are checked for TMA too."""
+def refused_bias(bias: Any) -> list[str]:
+    """The reason a kernel without a bias epilogue gives for a bias (none for None)."""
+    return [] if bias is None else ["bias: this kernel has no bias epilogue (it takes bias=None only)"]
+
+
+def gluon_matmul_inputs_reasons(a: Any, b: Any, bias: Any = None, *rest: Any) -> list[str]:
+    """Requirements.inputs for TMA matmuls without a bias epilogue: bias None, then
+    :func:`gluon_operand_reasons`."""
+    return refused_bias(bias) or gluon_operand_reasons(a, b, *rest)
+
+
+def gluon_operand_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
+    """Operand checks, then TMA's layout rules (last stride 1, 16-byte aligned base and row stride:
+    K and N multiples of 8 for 2-byte types) for A, and for B as a row-major (K, N) tensor or as the
+    transpose of a row-major (N, K) weight (see :mod:`tkreg_matmul.layouts`). Extra tensors (e.g.
+    an output) are checked for TMA too."""
     reasons = operand_reasons(a, b)
     if reasons:
         return reasons
     reasons = tma_reasons(a, "a") + b_tma_reasons(b)[1] + output_row_reasons(a, b)
     for i, t in enumerate(rest):
-        reasons += tma_reasons(t, f"input {i + 2}")
+        reasons += tma_reasons(t, f"input {i + 3}")
     return reasons
 
 

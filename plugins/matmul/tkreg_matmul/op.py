@@ -1,6 +1,7 @@
-"""The ``matmul`` op's contract: C = A @ B for A (M, K), B (K, N), fp16/bf16 inputs, accumulation in
-fp32, C in the input dtype. B is a row-major (K, N) tensor or the transposed view of a row-major
-(N, K) weight, as ``F.linear`` gets it. Everything here runs on torch alone (no triton)."""
+"""The ``matmul`` op's contract: C = A @ B (+ bias) for A (M, K), B (K, N), an optional bias (N,),
+fp16/bf16 inputs, accumulation in fp32, C in the input dtype. B is a row-major (K, N) tensor or the
+transposed view of a row-major (N, K) weight, so ``matmul(x, W.t(), b)`` is ``F.linear(x, W, b)``.
+Everything here runs on torch alone (no triton)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,12 @@ from tkreg.core.tolerances import UNIT_ROUNDOFF
 #   "weight-strided"  as "weight", with W a column window of a wider buffer (padded rows, offset base)
 #   "batched"    A (Bt, M, K) and B (Bt, K, N), contiguous: Bt products (the case's dim "B")
 #   "batched-weight"  A (Bt, M, K), B = W.transpose(1, 2) for a contiguous (Bt, N, K) W
+# Each with "-bias" (e.g. "weight-bias", or "bias" alone for contiguous A and B) also passes a
+# bias (N,) of the inputs' dtype, as nn.Linear(bias=True) does; without, the bias is None.
 BATCHED = ("batched", "batched-weight")
-VARIANTS = ("", "strided", "transposed", "weight", "weight-strided", *BATCHED)
+LAYOUT_VARIANTS = ("", "strided", "transposed", "weight", "weight-strided", *BATCHED)
+BIAS = "bias"
+VARIANTS = (*LAYOUT_VARIANTS, *(f"{v}-{BIAS}" if v else BIAS for v in LAYOUT_VARIANTS))
 STRIDED_PAD = 8  # extra elements per row in the "strided" layout; with the row rounded up to 8, 16-byte strides
 STRIDED_OFFSET = 8  # first column of the window: 16 bytes for 2-byte dtypes, keeps the base TMA-aligned
 
@@ -42,6 +47,8 @@ STRIDED_OFFSET = 8  # first column of the window: 16 bytes for 2-byte dtypes, ke
 #   that align or truncate per k-step (biased error ~ u_32 * (K / k_step) * max partial sum, about
 #   a tenth of the bound at K = 2000). It stays far below what a real bug leaves: a wrong tile or a
 #   dropped K tail changes elements by O(1) (one product) to O(sqrt(K)); at K = 2000 atol = 0.027.
+#   A bias adds one fp32 addition to r before the rounding (error u_32 |r + bias|, far inside rtol),
+#   so the same table holds; a dropped bias changes elements by |bias| ~ 1.
 ERROR_BOUND_LAMBDA = 8.0
 MEAN_ABS_NORMAL_PRODUCT = 2.0 / math.pi
 DTYPES = ("float16", "bfloat16")
@@ -55,31 +62,45 @@ def tolerance_scale(dims: Mapping[str, int]) -> float:
     return float(dims["K"]) ** 1.5
 
 
-def reference(a: Any, b: Any) -> Any:
-    return a @ b
+def reference(a: Any, b: Any, bias: Any = None) -> Any:
+    return a @ b if bias is None else a @ b + bias
 
 
-def make_inputs(case: Any, dtype: Any, generator: Any, device: Any) -> tuple[Any, Any]:
+def split_variant(variant: str) -> tuple[str, bool]:
+    """(B's layout variant, whether a bias is passed) of a case variant."""
+    if variant == BIAS:
+        return "", True
+    if variant.endswith(f"-{BIAS}"):
+        return variant[: -len(BIAS) - 1], True
+    return variant, False
+
+
+def make_inputs(case: Any, dtype: Any, generator: Any, device: Any) -> tuple[Any, Any, Any]:
     import torch
-
-    M, N, K = case["M"], case["N"], case["K"]
 
     def randn(*shape: int) -> Any:
         return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
 
-    if case.variant == "":
+    layout, with_bias = split_variant(case.variant)
+    a, b = _operands(randn, layout, case)
+    return a, b, randn(case["N"]) if with_bias else None
+
+
+def _operands(randn: Any, layout: str, case: Any) -> tuple[Any, Any]:
+    M, N, K = case["M"], case["N"], case["K"]
+    if layout == "":
         return randn(M, K), randn(K, N)
-    if case.variant == "strided":
+    if layout == "strided":
         return _window(randn, M, K), _window(randn, K, N)
-    if case.variant == "transposed":
+    if layout == "transposed":
         return randn(K, M).t(), randn(N, K).t()
-    if case.variant == "weight":
+    if layout == "weight":
         return randn(M, K), randn(N, K).t()
-    if case.variant == "weight-strided":
+    if layout == "weight-strided":
         return randn(M, K), _window(randn, N, K).t()
-    if case.variant == "batched":
+    if layout == "batched":
         return randn(case["B"], M, K), randn(case["B"], K, N)
-    if case.variant == "batched-weight":
+    if layout == "batched-weight":
         return randn(case["B"], M, K), randn(case["B"], N, K).transpose(1, 2)
     raise ValueError(f"matmul: unknown case variant {case.variant!r}; known: {', '.join(repr(v) for v in VARIANTS)}")
 
@@ -89,7 +110,7 @@ def _window(randn: Any, rows: int, cols: int) -> Any:
     return randn(rows, width)[:, STRIDED_OFFSET : STRIDED_OFFSET + cols]
 
 
-def make_output(a: Any, b: Any) -> Any:
+def make_output(a: Any, b: Any, bias: Any = None) -> Any:
     import torch
 
     return torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)  # (M, N), or (Bt, M, N)
@@ -100,26 +121,50 @@ def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
     return Cost(bytes=batches * (M * K + K * N + M * N) * itemsize, flops=2 * batches * M * N * K)
 
 
-def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any = (True, True)) -> tuple[Any, Any]:
-    """C = A B: dA = dC B^T and dB = A^T dC, each one more tkreg.ops.matmul (so they run on the
-    registered kernels too), and only where a gradient is needed. With a 2-D B, A's and dC's
-    leading dims merge into rows for dB; a batched B (B, K, N) gets one product per batch."""
+def peer(a: Any, b: Any, bias: Any = None, *, out: Any = None) -> Any:
+    """torch.matmul without a bias (what ``x @ w`` calls); with one, what ``F.linear(x, W, bias)``
+    runs: cuBLAS with the bias added in its epilogue (addmm) for 2-D B, the product then the bias
+    for a batch of B."""
+    import torch
+
+    if bias is None:
+        return torch.matmul(a, b, out=out)
+    if b.dim() == 2:
+        got = torch.nn.functional.linear(a, b.mT, bias)
+    else:
+        got = torch.baddbmm(bias, a, b)
+    return got if out is None else out.copy_(got)
+
+
+def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any = (True, True, True)) -> tuple[Any, Any, Any]:
+    """C = A B (+ bias): dA = dC B^T and dB = A^T dC, each one more tkreg.ops.matmul (so they run
+    on the registered kernels too), and dbias = dC summed over its rows, each only where a gradient
+    is needed. With a 2-D B, A's and dC's leading dims merge into rows for dB; a batched B
+    (B, K, N) gets one product per batch."""
     import tkreg.ops
 
-    a, b = inputs
+    a, b, bias = inputs
     (grad,) = grad_outputs
-    need_a, need_b = needs_input_grad
+    need_a, need_b, need_bias = needs_input_grad
+    grad_bias = _bias_grad(grad, bias) if need_bias and bias is not None else None
     matmul = tkreg.ops.matmul
     if b.dim() == 3:
-        return (matmul(grad, b.transpose(1, 2)) if need_a else None, matmul(a.transpose(1, 2), grad) if need_b else None)
+        return (matmul(grad, b.transpose(1, 2)) if need_a else None, matmul(a.transpose(1, 2), grad) if need_b else None,
+                grad_bias)  # fmt: skip
     k, n = b.shape
     grad_a = matmul(grad, b.t()) if need_a else None
     if not need_b:
-        return grad_a, None
+        return grad_a, None, grad_bias
     rows_a, rows_grad = a.reshape(-1, k), grad.reshape(-1, n)
     if b.stride(0) == 1 and b.stride(1) != 1:
         # B is the transposed view of a row-major (N, K) weight, as in x @ W.t(): compute dW = dC^T A
         # in W's own layout and hand back its transposed view, so the weight's gradient lands
         # without a transposing copy (a full strided pass over dW, as long as the product itself).
-        return grad_a, matmul(rows_grad.t(), rows_a).t()
-    return grad_a, matmul(rows_a.t(), rows_grad)
+        return grad_a, matmul(rows_grad.t(), rows_a).t(), grad_bias
+    return grad_a, matmul(rows_a.t(), rows_grad), grad_bias
+
+
+def _bias_grad(grad: Any, bias: Any) -> Any:
+    """dC summed over every dim the bias was broadcast along (torch's reductions of fp16/bf16
+    accumulate in fp32), in the bias's dtype."""
+    return grad.sum_to_size(bias.shape).to(bias.dtype)

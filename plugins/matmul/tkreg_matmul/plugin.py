@@ -23,6 +23,9 @@ LLAMA_M = (16, 128, 2048, 16384)
 BENCH_LAYOUTS = ("", "weight")
 # Odd but TMA-legal: no size a multiple of any tile, rows still 16-byte aligned.
 ODD_BENCH = ((3000, 5000, 2000),)
+# nn.Linear with a bias: Qwen2-7B's fused q, k and v projection (3584 -> 28 + 2 * 4 heads of 128),
+# whose bias the peer adds in cuBLAS's epilogue, at decode and prefill token counts.
+BIAS_BENCH = ((16, 4608, 3584), (2048, 4608, 3584))
 
 TIMER_K = 4096  # `tkreg bench timer` checks the device timer on 8192 x 8192 x 4096 and 4096^3
 # `tkreg bench ranking` measures the benchmark cases in the plain layout and the "ranking" cases in
@@ -33,6 +36,7 @@ BENCH_CASES = (
     *(case(M=m, N=n, K=k, sets=("bench", "ranking") if (m, n, k) == RANKED_PROJECTION else ("bench",), variant=v)
       for m in LLAMA_M for n, k in LLAMA_NK for v in BENCH_LAYOUTS),
     *(case(M=m, N=n, K=k, sets=("bench",), variant=v) for m, n, k in ODD_BENCH for v in BENCH_LAYOUTS),
+    *(case(M=m, N=n, K=k, sets=("bench",), variant="weight-bias") for m, n, k in BIAS_BENCH),
     *(case(M=BENCH_MN, N=BENCH_MN, K=k, sets=("bench", "timer") if k == TIMER_K else ("bench",)) for k in BENCH_K),
 )
 RANKING_CASES = tuple(case(M=m, N=n, K=k, sets=("ranking",), variant=v)
@@ -43,6 +47,23 @@ BATCHED_CASES = (
     case(B=1, M=16, N=8, K=8, variant="batched"),
     case(B=2, M=129, N=136, K=72, variant="batched-weight"),
     case(B=5, M=1, N=72, K=296, variant="batched"),
+)
+
+# nn.Linear(bias=True): a bias (N,) added in the epilogue. Odd sizes (no tile divides N, a masked
+# bias tail), a single row and a single column, B in both layouts and strided, and batches (one
+# bias for every batch).
+BIAS_CASES = (
+    case(M=129, N=136, K=72, variant="bias"),
+    case(M=97, N=264, K=304, variant="weight-bias"),
+    case(M=1, N=72, K=296, variant="weight-bias"),
+    case(M=33, N=33, K=33, variant="bias"),
+    case(M=136, N=1, K=40, variant="bias"),
+    case(M=129, N=136, K=72, variant="strided-bias"),
+    case(M=129, N=136, K=72, variant="transposed-bias"),
+    case(B=3, M=33, N=40, K=24, variant="batched-bias"),
+    case(B=2, M=129, N=136, K=72, variant="batched-weight-bias"),
+    case(M=16, N=4096, K=4104, sets=("gpu", "full"), variant="weight-bias"),
+    case(M=2048, N=4096, K=4096, sets=("gpu", "full"), variant="weight-bias"),
 )
 
 CASES = (
@@ -85,6 +106,7 @@ CASES = (
     # Batches of products (the linear contract passes a batch of different B as 3-D tensors): odd
     # sizes, a single batch, B as a batch of weights' transposes, and one row per batch.
     *BATCHED_CASES,
+    *BIAS_CASES,
 )
 
 MATMUL = Op(
@@ -97,7 +119,9 @@ MATMUL = Op(
     tolerances=TOLERANCES,  # the error argument is written in tkreg_matmul.op
     cost="tkreg_matmul.op:cost",
     bound="compute",
-    peer="torch:matmul",  # B as given: cuBLAS reads a weight's transposed view as stored (TN), as F.linear does
+    # B as given: cuBLAS reads a weight's transposed view as stored (TN), as F.linear does; with a
+    # bias, F.linear's own call (the bias in cuBLAS's epilogue)
+    peer="tkreg_matmul.op:peer",
     peer_name="torch.matmul",
     autocast="lower",  # as torch.matmul: autocast computes it in the region's lower-precision dtype
     measured="tkreg_matmul:measured",
@@ -105,10 +129,11 @@ MATMUL = Op(
     # Benchmarks in bf16 only, so the whole benchmark run stays near two minutes (both dtypes
     # double the matmul share); scripts/gpu/matmul_suite.py times fp16 as well.
     bench_dtypes=("bfloat16",),
-    description="C = A @ B; A (M, K), B (K, N) row-major or the transpose of an (N, K) weight; fp16/bf16 inputs, "
-    "fp32 accumulation, C in the input dtype",
-    inputs=("a", "b"),
-    grads=("a", "b"),
+    description="C = A @ B (+ bias); A (M, K), B (K, N) row-major or the transpose of an (N, K) weight, bias (N,) "
+    "or None; fp16/bf16 inputs, fp32 accumulation, C in the input dtype",
+    inputs=("a", "b", "bias"),
+    optional=("bias",),  # nn.Linear(bias=True): matmul(x, W.t(), b) is F.linear(x, W, b)
+    grads=("a", "b", "bias"),
     backward="tkreg_matmul.op:backward",
     # callers pass A (..., K) (leading dims merged into rows) or batches (B, M, K) @ (B, K, N)
     contract=tkreg.contracts.linear(batched=True, shape_class="tkreg_matmul.shapes:shape_class"),
@@ -138,8 +163,10 @@ MATMUL_TRITON = Kernel(
     configs=(LARGE, MEDIUM, SMALL, DECODE),
     # Benchmarks time what a user gets: the launcher's choice for each shape.
     bench_configs=({},),
-    # Compile items: B in both layouts for the default tile; tiles of 64 rows or more (wgmma on sm_90a).
-    compile_configs=({**LARGE, "b_layout": "kn"}, {**LARGE, "b_layout": "nk"}, MEDIUM, SMALL),
+    # Compile items: B in both layouts for the default tile, and with a bias epilogue; tiles of 64
+    # rows or more (wgmma on sm_90a).
+    compile_configs=({**LARGE, "b_layout": "kn"}, {**LARGE, "b_layout": "nk"}, {**LARGE, "b_layout": "nk", "bias": True},
+                     MEDIUM, SMALL),
     priority=0,
     replay=True,  # one launch on the call's tensors, its tile fixed by the signature
     description="portable tl.dot matmul: masked loads for any shape and strides (16-byte loads where sizes "

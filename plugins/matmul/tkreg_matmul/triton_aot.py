@@ -2,7 +2,9 @@
 the kernel the launcher runs on row-major A and C with B in either layout (``b_layout`` "kn" or "nk"
 in the config, default "kn") whose sizes are multiples of 16 (the benchmark shapes), with the same
 specialization the JIT makes (unit strides become constants, other ints and pointers divisible by
-16) and the launcher's ALIGN=8 for 16-byte loads; the batched kernel also has a stride per batch."""
+16) and the launcher's ALIGN=8 for 16-byte loads; the batched kernel also has a stride per batch.
+Without a bias (the default) ``bias_ptr`` is the constexpr None the launcher's None becomes;
+``"bias": True`` in the config compiles the bias epilogue (a 16-byte aligned (N,) vector)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from .triton_kernel import VECTOR, matmul_kernel
 UNIT_STRIDES = {KN: ("stride_ak", "stride_bn", "stride_cn"), NK: ("stride_ak", "stride_bk", "stride_cn")}
 SIZES = ("M", "N", "K", "stride_am", "stride_cm")
 POINTERS = ("a_ptr", "b_ptr", "c_ptr")
+BIAS = "bias_ptr"
 BLOCKS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 
 
@@ -39,15 +42,20 @@ def matmul_triton_batched_aot(arch: Arch, dtype: str, config: dict[str, Any]) ->
 def _spec(kernel: Any, dtype: str, config: dict[str, Any], batch_strides: tuple[str, ...]) -> AotSpec:
     params = {**LARGE, **config}
     layout = params.pop("b_layout", KN)
+    with_bias = bool(params.pop("bias", False))
     if layout not in LAYOUTS:
         raise ValueError(f"b_layout={layout!r}; known: {', '.join(LAYOUTS)}")
     unit = UNIT_STRIDES[layout]
     b_stride = "stride_bn" if layout == NK else "stride_bk"
     sizes = (*SIZES, b_stride, *batch_strides)
     pointer = f"*{TRITON_TYPE[dtype]}"
-    signature = {p: pointer for p in POINTERS} | {s: "i32" for s in sizes}
+    pointers = (*POINTERS, BIAS) if with_bias else POINTERS
+    signature = {p: pointer for p in pointers} | {s: "i32" for s in sizes}
     signature |= {s: "constexpr" for s in (*unit, *BLOCKS, "UPCAST", "ALIGN", "B_NK")}
     constexprs: dict[str, Any] = {s: 1 for s in unit} | {b: params[b] for b in BLOCKS}
     constexprs |= {"UPCAST": False, "ALIGN": VECTOR, "B_NK": layout == NK}
+    if not with_bias:
+        signature[BIAS] = "constexpr"
+        constexprs[BIAS] = None
     options = {"num_warps": params["num_warps"], "num_stages": params["num_stages"]}
-    return AotSpec(kernel, signature, constexprs, options, aligned=(*POINTERS, *sizes))
+    return AotSpec(kernel, signature, constexprs, options, aligned=(*pointers, *sizes))

@@ -1,7 +1,10 @@
 """``matmul_triton``: a portable ``tl.dot`` matmul for any shape and strides (masked loads and
-stores, 64-bit row offsets), grouped launch order for L2 reuse, fp32 accumulation. Runs on any CUDA
-GPU with capability >= 8.0 (bf16 tensor cores) and under the Triton CPU interpreter. B may be row-major
-(K, N), the transposed view of an (N, K) weight, or anything strided.
+stores, 64-bit row offsets), grouped launch order for L2 reuse, fp32 accumulation, and an optional
+bias (N,) added to the fp32 accumulator before the one rounding to the output dtype, as cuBLAS's
+bias epilogue does for ``F.linear``. Runs on any CUDA GPU with capability >= 8.0 (bf16 tensor cores)
+and under the Triton CPU interpreter. B may be row-major (K, N), the transposed view of an (N, K)
+weight, or anything strided. Without a bias the kernel gets None, which triton specializes as a
+constant: that kernel has no bias code at all.
 
 Vector loads: the JIT marks an integer argument divisible by 16 only when it is, so with N = 5000
 (B's row stride) it knows nothing and loads B one element at a time. Where every size and stride the
@@ -23,7 +26,7 @@ import triton.language as tl
 from tkreg.launch.fastlaunch import Launcher
 from tkreg.launch.inputs import device_reasons, fail_if, interpreter_active
 
-from .checks import operand_reasons
+from .checks import bias_reasons, operand_reasons
 from .configs import pick_config
 from .gluon_common import ShapeClassCache
 from .layouts import KN, NK, b_layout
@@ -32,23 +35,24 @@ from .output import output_for
 
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
+    a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UPCAST: tl.constexpr, ALIGN: tl.constexpr, B_NK: tl.constexpr,
 ):  # fmt: skip
-    matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    matmul_tile(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                 tl.program_id(0), BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, UPCAST, ALIGN, B_NK)  # fmt: skip
 
 
 @triton.jit
 def matmul_tile(
-    a_ptr, b_ptr, c_ptr, M, N, K,
+    a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UPCAST: tl.constexpr, ALIGN: tl.constexpr, B_NK: tl.constexpr,
 ):  # fmt: skip
-    """Tile ``pid`` (in grouped order) of C = A @ B; inlined into each kernel that launches it."""
+    """Tile ``pid`` (in grouped order) of C = A @ B (+ bias, a contiguous (N,) vector, unless
+    ``bias_ptr`` is None); inlined into each kernel that launches it."""
     if ALIGN > 1:
         # The launcher checked these are multiples of ALIGN (A and C row-major, B's unit stride the
         # one B_NK says): the same values, with a divisibility the compiler can see.
@@ -98,6 +102,10 @@ def matmul_tile(
         a_ptrs += step_a
         b_ptrs += step_b
 
+    if bias_ptr is not None:
+        # Added in fp32 before the one rounding to C's dtype, as cuBLAS's bias epilogue does.
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc += bias.to(tl.float32)[None, :]
     c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m & mask_n)
 
@@ -137,41 +145,44 @@ class Plan:
 _plans = ShapeClassCache()
 
 
-def matmul_triton(a: Any, b: Any, out: Any = None, **config: Any) -> Any:
-    """C = A @ B. ``config``: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; any left
-    out come from :func:`tkreg_matmul.configs.pick_config` for these inputs. The checks and the
-    choice run once per shape class; the launch goes through tkreg.launch.fastlaunch."""
-    return launch_planned(_plans, _plan, a, b, out, config)
+def matmul_triton(a: Any, b: Any, bias: Any = None, out: Any = None, **config: Any) -> Any:
+    """C = A @ B (+ bias). ``config``: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages;
+    any left out come from :func:`tkreg_matmul.configs.pick_config` for these inputs. The checks
+    and the choice run once per shape class; the launch goes through tkreg.launch.fastlaunch."""
+    return launch_planned(_plans, _plan, a, b, bias, out, config)
 
 
-def launch_planned(plans: ShapeClassCache, make_plan: Any, a: Any, b: Any, out: Any, config: dict[str, Any]) -> Any:
-    """A launcher's call: its plan for the inputs' shape class (``make_plan(a, b, out, config)``
-    the first time), the output (a new one where ``out`` is None), the launch."""
+def launch_planned(plans: ShapeClassCache, make_plan: Any, a: Any, b: Any, bias: Any, out: Any,
+                   config: dict[str, Any]) -> Any:  # fmt: skip
+    """A launcher's call: its plan for the inputs' shape class (``make_plan(a, b, bias, out,
+    config)`` the first time), the output (a new one where ``out`` is None), the launch."""
     extra = tuple(sorted(config.items())) if config else None
+    if bias is not None:  # its layout is part of the shape class (the checks read it)
+        extra = (extra, bias.dtype, bias.shape, bias.stride(), bias.device)
     plan = plans.lookup(a, b, out, extra)
     if plan is None:
-        plan = make_plan(a, b, out, config)
+        plan = make_plan(a, b, bias, out, config)
         plans.store(a, b, out, extra, plan)
     if out is None:
         out = output_for(a, b, None)
-    plan.launch(plan.grid, a, b, out, *plan.sizes, *a.stride(), *b.stride(), *out.stride())
+    plan.launch(plan.grid, a, b, out, bias, *plan.sizes, *a.stride(), *b.stride(), *out.stride())
     return out
 
 
-def _plan(a: Any, b: Any, out: Any, config: dict[str, Any]) -> Plan:
+def _plan(a: Any, b: Any, bias: Any, out: Any, config: dict[str, Any]) -> Plan:
     """The full checks and the launch plan, for a call whose shape class is not cached yet."""
-    fail_if(operand_reasons(a, b))
+    fail_if(operand_reasons(a, b) + bias_reasons(a, b, bias))
     M, K = a.shape
     N = b.shape[1]
-    return tile_plan(matmul_kernel, a, b, out, (M, N, K), b_layout(b) if a.stride(1) == 1 else None, config, ())
+    return tile_plan(matmul_kernel, a, b, bias, out, (M, N, K), b_layout(b) if a.stride(1) == 1 else None, config, ())
 
 
-def tile_plan(kernel: Any, a: Any, b: Any, out: Any, sizes: tuple[int, int, int], layout: str | None,
+def tile_plan(kernel: Any, a: Any, b: Any, bias: Any, out: Any, sizes: tuple[int, int, int], layout: str | None,
               config: dict[str, Any], batches: tuple[int, ...]) -> Plan:
     """The plan of a kernel that launches :func:`matmul_tile` (the operands' own checks passed):
     the device and output checks, the config for one product's ``sizes`` with ``config`` over it,
     the launcher, and the grid (its tiles, then ``batches``)."""
-    named = [("a", a), ("b", b)] + ([("out", out)] if out is not None else [])
+    named = [("a", a), ("b", b)] + ([("bias", bias)] if bias is not None else []) + ([("out", out)] if out is not None else [])
     fail_if(device_reasons(named, interpretable=True))
     out = output_for(a, b, out)  # checks a given output; describes the one a call without it allocates
     M, N, K = sizes

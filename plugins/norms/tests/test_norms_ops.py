@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from tkreg.testing.markers import runs_the_interpreter
+from tkreg.testing.ops_log import ChoiceLog
 
 
 def _skip_reason() -> str | None:
@@ -37,17 +37,6 @@ def _skip_reason() -> str | None:
     if "eps" not in parameters and not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
         return "tkreg.ops.rms_norm does not accept eps yet (tkreg.ops has no op parameters)"
     return None
-
-
-class _Calls(logging.Handler):
-    """Which kernel tkreg.ops chose, from its INFO log."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 def _close(what: str, got: torch.Tensor, want: torch.Tensor, tol: Any) -> list[str]:
@@ -105,17 +94,14 @@ def run_checks() -> dict[str, Any]:
     from tkreg.ops import PeerFallbackWarning
 
     warnings.simplefilter("error", PeerFallbackWarning)  # every call must run a kernel of ours
-    calls = _Calls()
-    logger = logging.getLogger("tkreg.ops")
-    logger.addHandler(calls)
-    logger.setLevel(logging.INFO)
+    calls = ChoiceLog().attach()
     problems: list[str] = []
     for name, eps in (("rms_norm", 1e-5), ("layer_norm", 1e-6)):
         for dtype in (torch.float32, torch.bfloat16):
             for compiled in (False, True):
                 problems += _check(name, dtype, eps, compiled)
         for kernel in (f"{name}_triton", f"{name}_bwd_triton"):
-            if not any(kernel in line and "peer" not in line for line in calls.lines):
+            if not calls.ran(kernel):
                 problems.append(f"tkreg.ops.{name} never called {kernel}; its log: {calls.lines}")
     problems += _refused_inputs_fall_back()
     return {"problems": problems, "absent": _absent_inputs(calls), "log": calls.lines}
@@ -127,7 +113,7 @@ ABSENT = (("rms_norm", ("weight",)), ("layer_norm", ("bias",)), ("layer_norm", (
 OPS_INPUTS = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias")}
 
 
-def _absent_inputs(calls: _Calls) -> list[str]:
+def _absent_inputs(calls: ChoiceLog) -> list[str]:
     """tkreg.ops with None for optional inputs runs this plugin's kernels (a peer fallback is an
     error here too), forward and backward, and matches torch given the same None."""
     problems: list[str] = []
@@ -140,10 +126,10 @@ def _absent_inputs(calls: _Calls) -> list[str]:
                     problems += _check(name, dtype, 1e-5, compiled, absent, omit)
                 except Exception as e:  # the next combination still runs; the first error says why
                     problems.append(f"{name} without {', '.join(absent)} {dtype} compiled={compiled} omit={omit}: {e!r}")
-        lines = calls.lines[before:]
         for kernel in (f"{name}_triton", f"{name}_bwd_triton"):
-            if not any(kernel in line and "peer" not in line for line in lines):
-                problems.append(f"tkreg.ops.{name} without {', '.join(absent)} never called {kernel}; its log: {lines}")
+            if not calls.ran(kernel, since=before):
+                log = calls.lines[before:]
+                problems.append(f"tkreg.ops.{name} without {', '.join(absent)} never called {kernel}; its log: {log}")
     return problems
 
 

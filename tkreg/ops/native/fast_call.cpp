@@ -34,6 +34,7 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -43,6 +44,7 @@ namespace {
 
 constexpr Py_ssize_t kMemoSlots = 16;  // a power of two: a key's slot is its hash's low bits
 constexpr Py_ssize_t kMemoWords = 48;  // longer keys (many inputs of high rank) take the table alone
+constexpr Py_ssize_t kPaddedOnStack = 16;  // inputs and parameter values of a call that leaves inputs out
 
 struct MemoSlot {
   uint64_t hash = 0;
@@ -325,12 +327,21 @@ PyObject* fast_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, Py
   const auto arity = static_cast<Py_ssize_t>(self->graded->size());
   if (nargs == arity) return checked_call(self, args, nargs, kwnames);
   if (nargs > arity || nargs < self->required) return slow_call(self, args, nargs, kwnames);
-  // trailing optional inputs left out: None in their place, then the parameters' values
+  // trailing optional inputs left out: None in their place, then the parameters' values. On the
+  // stack where they fit (matmul(a, b) leaves out its bias on every call: no allocation for it).
   const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
-  std::vector<PyObject*> padded(args, args + nargs);
-  padded.insert(padded.end(), static_cast<size_t>(arity - nargs), Py_None);
-  padded.insert(padded.end(), args + nargs, args + nargs + nkw);
-  return checked_call(self, padded.data(), arity, kwnames);
+  const Py_ssize_t total = arity + nkw;
+  PyObject* on_stack[kPaddedOnStack];
+  std::vector<PyObject*> on_heap;
+  PyObject** padded = on_stack;
+  if (total > kPaddedOnStack) {
+    on_heap.resize(static_cast<size_t>(total));
+    padded = on_heap.data();
+  }
+  std::copy(args, args + nargs, padded);
+  std::fill(padded + nargs, padded + arity, Py_None);
+  std::copy(args + nargs, args + nargs + nkw, padded + arity);
+  return checked_call(self, padded, arity, kwnames);
 }
 
 }  // namespace

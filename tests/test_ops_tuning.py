@@ -301,6 +301,21 @@ def test_a_model_config_gives_each_distinct_linear_shape() -> None:
         linear_shapes({"hidden_size": 8, "num_attention_heads": 2})
 
 
+def test_a_model_config_says_which_linear_layers_have_a_bias() -> None:
+    from tkreg.ops.model_shapes import linear_shapes
+
+    qwen2 = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+             "num_key_value_heads": 4}  # fmt: skip
+    shapes = [(s.name, s.N, s.K, s.bias) for s in linear_shapes(qwen2, tokens=(16,))]
+    # q, k and v with a bias; o (the same shape as q) without: a call of its own
+    assert shapes == [("q", 3584, 3584, True), ("k", 512, 3584, True), ("o", 3584, 3584, False),
+                      ("gate", 18944, 3584, False), ("down", 3584, 18944, False)]  # fmt: skip
+    assert linear_shapes(qwen2, tokens=(16,))[0].describe() == "q 16x3584x3584 with bias"
+    llama = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "attention_bias": True, "mlp_bias": True}
+    assert all(s.bias for s in linear_shapes(llama, tokens=(1,)))
+    assert not any(s.bias for s in linear_shapes({**llama, "attention_bias": False, "mlp_bias": False}, tokens=(1,)))
+
+
 def test_on_a_cpu_without_the_interpreter_explain_and_lookup_say_the_peer_runs() -> None:
     """What the call does (it runs torch with a fallback warning) is what explain and lookup say."""
     import subprocess

@@ -106,8 +106,9 @@ def tune(op: str, shapes: Sequence[Mapping[str, int]], dtype: str = "bfloat16", 
 def tune_model(config: Mapping[str, Any], op: str | None = None, tokens: Sequence[int] | None = None,
                dtype: str = "bfloat16", training: bool = False) -> list[Tuned]:
     """Tune the linear layers of a model (a Hugging Face style config) at each token count, as
-    nn.Linear calls them, through ``op`` (default: the one op whose contract is linear); with
-    ``training``, their training choices too."""
+    nn.Linear calls them (with a bias where the config gives the layer one), through ``op``
+    (default: the one op whose contract is linear); with ``training``, their training choices
+    too."""
     import torch
 
     import tkreg.ops
@@ -122,7 +123,8 @@ def tune_model(config: Mapping[str, Any], op: str | None = None, tokens: Sequenc
     for shape in shapes:
         x = torch.randn(shape.M, shape.K, device="cuda", dtype=kind)
         weight = torch.randn(shape.N, shape.K, device="cuda", dtype=kind)
-        results.append(_tuned(name, dispatcher, call, (x, weight.t()), {}, shape.describe(), training))
+        inputs = (x, weight.t(), torch.randn(shape.N, device="cuda", dtype=kind)) if shape.bias else (x, weight.t())
+        results.append(_tuned(name, dispatcher, call, inputs, {}, shape.describe(), training))
     return results
 
 

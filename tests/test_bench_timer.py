@@ -122,3 +122,17 @@ def test_the_workloads_are_the_cases_each_op_puts_in_its_timer_set() -> None:
     assert {("toy_linear", (64, 32, 64), "weight"), ("toy_linear", (64, 32, 64), "")} <= covered  # M = 64 in both layouts
     installed = default_registry()  # the built-in plugins declare theirs
     assert {s.op for s in timer.signatures(installed)} >= {"add", "sum_row", "matmul"}
+
+
+def test_the_linear_suite_names_a_given_optional_input_in_the_layout() -> None:
+    """A call with a bias gets rows of its own beside the same shape without."""
+    torch = pytest.importorskip("torch")
+    from tkreg import default_registry
+    from tkreg.bench import linear
+
+    matmul = default_registry().op("matmul")
+    a, w, bias = torch.zeros(4, 8), torch.zeros(6, 8), torch.zeros(6)
+    assert linear.layout_of(matmul, (a, w.t(), None)) == "nk"
+    assert linear.layout_of(matmul, (a, w.t(), bias)) == "nk+bias"
+    assert linear.layout_of(matmul, (a, w.t().contiguous(), bias)) == "kn+bias"
+    assert linear.layout_of(matmul, (a, w.t().contiguous())) == "kn"

@@ -54,10 +54,13 @@ def cases(op: Op) -> list[Case]:
 
 def layout_of(op: Op, inputs: tuple[Any, ...]) -> str:
     """"nk" where the linear contract reads B column-major (the transposed view of an (N, K)
-    weight), else "kn" (B stored (K, N))."""
+    weight), else "kn" (B stored (K, N)); then "+name" for each further input the call passes
+    (an optional one given, e.g. "nk+bias"), so such calls get rows of their own."""
     from ..ops.forms import form_for
 
-    return "nk" if form_for(op).layout(inputs).endswith("b col") else "kn"
+    word = "nk" if form_for(op).layout(inputs[:2]).endswith("b col") else "kn"
+    names = op.inputs[2:] or tuple(f"input{i}" for i in range(2, len(inputs)))
+    return word + "".join(f"+{name}" for name, t in zip(names, inputs[2:]) if t is not None)
 
 
 def dtypes_of(op: Op) -> list[str]:
@@ -171,6 +174,6 @@ def measure(deadline: Deadline) -> Measured:
         say(f"  {impl}: {ratios}")
     wrong = [f"{r['impl']} {r['M']}x{r['N']}x{r['K']} {r['layout']} {r['dtype']}" for r in rows if not r["ok"]]
     notes = (f"device time: tkreg.testing.timing.DeviceTimer (L2 flushed, CUPTI span, median, {TIMER_MS:g} ms of repetitions); "
-             "layout kn: B is (K, N) row-major; nk: B is the transposed view of an (N, K) weight. "
+             "layout kn: B is (K, N) row-major; nk: B is the transposed view of an (N, K) weight; +bias: a bias passed. "
              f"tkreg.ops allocates its output. Outputs wrong or failed: {', '.join(wrong) or 'none'}.")  # fmt: skip
     return Measured(kind="matmul_models", rows=rows, notes=notes, summary={"vs_cublas": summary})

@@ -136,3 +136,17 @@ def test_the_linear_suite_names_a_given_optional_input_in_the_layout() -> None:
     assert linear.layout_of(matmul, (a, w.t(), bias)) == "nk+bias"
     assert linear.layout_of(matmul, (a, w.t().contiguous(), bias)) == "kn+bias"
     assert linear.layout_of(matmul, (a, w.t().contiguous())) == "kn"
+
+
+def test_suites_call_tkreg_ops_as_a_model_does_leaving_trailing_none_out() -> None:
+    torch = pytest.importorskip("torch")
+    from tkreg import default_registry
+    from tkreg.bench.calls import as_called
+
+    registry = default_registry()
+    matmul, layer_norm = registry.op("matmul"), registry.op("layer_norm")
+    a, b, x, w = torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(3, 4), torch.zeros(4)
+    assert as_called(matmul, (a, b, None)) == (a, b)  # F.linear(x, w): no bias
+    assert len(as_called(matmul, (a, b, w[:2]))) == 3
+    assert as_called(layer_norm, (x, None, None)) == (x,)
+    assert as_called(layer_norm, (x, None, w)) == (x, None, w)  # None before a given input stays

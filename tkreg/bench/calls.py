@@ -138,16 +138,28 @@ def kernel_calls(registry: Registry, op: Op, inputs: tuple[Any, ...], out: Any =
     return {name: launcher_call(op, launcher, inputs, out) for name, launcher in launchers(registry, op, inputs).items()}
 
 
+def as_called(op: Op, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``inputs`` as a model passes them: trailing optional inputs that are None left out, as
+    ``F.linear(x, w)`` leaves out its bias and ``F.layer_norm(x, shape)`` its weight and bias."""
+    if len(op.inputs) != len(inputs):  # inputs not declared (none is optional), or already fewer
+        return inputs
+    count = len(inputs)
+    while count > op.required_inputs and inputs[count - 1] is None:
+        count -= 1
+    return inputs[:count]
+
+
 def ops_call(op: Op, inputs: tuple[Any, ...]) -> Call:
-    """``tkreg.ops.<op>(*inputs)``: it allocates its output, and takes the op's parameters at
-    their defaults."""
+    """``tkreg.ops.<op>(*inputs)`` as a model calls it (:func:`as_called`): it allocates its
+    output, and takes the op's parameters at their defaults."""
     from .. import ops
 
-    return functools.partial(ops.get(op.name), *inputs)  # bound, as a model's call binds them: no frame between
+    return functools.partial(ops.get(op.name), *as_called(op, inputs))  # bound, as a model's call binds them: no frame between
 
 
 def torch_op_call(op: Op, inputs: tuple[Any, ...]) -> Call | None:
-    """``torch.ops.tkreg.<op>(*inputs)``, where tkreg.ops registered one."""
+    """``torch.ops.tkreg.<op>(*inputs)`` as a model calls it (:func:`as_called`), where tkreg.ops
+    registered one."""
     import torch
 
     from .. import ops
@@ -156,7 +168,8 @@ def torch_op_call(op: Op, inputs: tuple[Any, ...]) -> Call | None:
     packet = getattr(torch.ops.tkreg, op.name, None) if op.name.isidentifier() else None
     if packet is None:
         return None
-    return lambda: packet(*inputs)
+    given = as_called(op, inputs)
+    return lambda: packet(*given)
 
 
 def graph_replay(fn: Call) -> Call:

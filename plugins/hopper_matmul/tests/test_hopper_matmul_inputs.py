@@ -20,22 +20,7 @@ from tkreg_hopper_matmul.plugin import KERNEL
 
 from tkreg import InputError
 from tkreg.core.refs import resolve
-
-CUDA = torch.device("cuda", 0)
-
-
-class OnCuda:
-    """A CPU tensor that says it lives on cuda:0 (torch.device needs no GPU to exist)."""
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self._t = t
-        self.dtype, self.shape, self.device = t.dtype, t.shape, CUDA
-
-    def stride(self, dim: int | None = None):
-        return self._t.stride() if dim is None else self._t.stride(dim)
-
-    def __getattr__(self, name: str):  # data_ptr, element_size, dim, numel
-        return getattr(self._t, name)
+from tkreg.testing.fakes import OnDevice as OnCuda
 
 
 def fp16(*shape: int) -> torch.Tensor:

@@ -23,6 +23,14 @@ the tiles of a virtual (SPLIT_K * tiles_m * BLOCK_M) x N output, split-major, so
 tile order walks them unchanged. The launcher picks SPLIT_K so that every slice starts inside K;
 the last slice's steps past K read TMA's zero fill and add nothing.
 
+Bias (``bias_ptr``: a contiguous (N,) vector of the operands' dtype, or None): C = A @ B + bias, as
+``F.linear`` computes it. A consumer loads the BLOCK_N bias values of its tile's columns once the
+main loop is done, while its last wgmma runs (masked at N only in the last column of tiles), in the
+slice of the accumulator's own layout, so every thread gets exactly the columns it holds, and adds
+them to the fp32 accumulator before the one rounding to C's dtype (as cuBLAS's bias epilogue does).
+None is a constexpr to triton: the kernel without a bias has no bias code at all. Split-K never
+takes a bias here (the partial sums must not each carry it): the reduce kernel adds it once.
+
 Every partition derives a ring slot and phase parity from the running stage count ``pos`` (unit
 index times ``k_per`` plus the k-step): slot ``pos % NUM_STAGES``, pass ``pos // NUM_STAGES``.
 An mbarrier wait only tells phase parities apart, so a waiter must never be two passes ahead of
@@ -177,6 +185,22 @@ def _split_columns(x, PARTS: gl.constexpr):
 
 
 @gluon.jit
+def _load_bias(bias_ptr, off_n, N, BLOCK_N: gl.constexpr, acc_layout: gl.constexpr):
+    """bias[off_n : off_n + BLOCK_N] (0 past N, where the TMA store clips the tile) in the
+    accumulator's column layout, in the bias's own dtype."""
+    # The accumulator's layout with the rows taken away: each thread loads the columns it holds
+    # (pairs of adjacent ones), so the add needs no data from other threads.
+    cols = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+    if off_n + BLOCK_N <= N:
+        # A tile inside N (all but the last column of tiles): no mask, so each adjacent pair is
+        # one 4-byte load at a constant offset, with no per-column compare.
+        bias = gl.load(bias_ptr + cols)
+    else:
+        bias = gl.load(bias_ptr + cols, mask=cols < N, other=0.0)
+    return bias
+
+
+@gluon.jit
 def _store_tile(c_desc, c_smem, acc, split, off_m, off_n, EPILOGUE_SPLIT: gl.constexpr, SPLIT: gl.constexpr):
     SLICE_N: gl.constexpr = c_smem.shape[1]
     parts = _split_columns(acc.to(c_desc.dtype), EPILOGUE_SPLIT)
@@ -194,7 +218,7 @@ def _store_tile(c_desc, c_smem, acc, split, off_m, off_n, EPILOGUE_SPLIT: gl.con
 
 
 @gluon.jit
-def _mma_partition(c_desc, M, N, K, SPLIT_K, s: Shared, p: Plan, CONSUMER: gl.constexpr):
+def _mma_partition(c_desc, bias_ptr, M, N, K, SPLIT_K, s: Shared, p: Plan, CONSUMER: gl.constexpr):
     # One wgmma instruction covers 64 x BLOCK_N x 16 per warpgroup (k = 256 bits of fp16/bf16).
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[CONSUMER_WARPS, 1], instr_shape=[16, p.BLOCK_N, 16]
@@ -237,8 +261,14 @@ def _mma_partition(c_desc, M, N, K, SPLIT_K, s: Shared, p: Plan, CONSUMER: gl.co
             acc = warpgroup_mma_wait(1, deps=(acc,))
             mbarrier.arrive(s.empty.index(prev), pred=ki > 0)
             prev = slot
+        if bias_ptr is not None:
+            # Issued after the main loop (its registers are not held through it) but before the
+            # last wgmma is waited for, so the load's latency hides behind that wgmma.
+            bias = _load_bias(bias_ptr, pid_n * p.BLOCK_N, N, p.BLOCK_N, acc_layout)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(s.empty.index(prev))
+        if bias_ptr is not None:
+            acc = acc + gl.expand_dims(bias.to(gl.float32), 0)
         _store_tile(c_desc, c_smem, acc, split, pid_m * p.BLOCK_M + row_offset, pid_n * p.BLOCK_N, p.EPILOGUE_SPLIT, p.SPLIT)
     tma.store_wait(0)
 
@@ -260,6 +290,7 @@ def matmul_hopper_ws_kernel(
     a_desc,
     b_desc,
     c_desc,
+    bias_ptr,
     SchedulerImpl: gl.constexpr,
     BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr,
@@ -273,8 +304,10 @@ def matmul_hopper_ws_kernel(
     """C = A @ B with A (M, K) and C as TMA descriptors, B as (K, N) or, with B_NK, as the (N, K)
     tensor it is the transpose of: A blocks ROWS x BLOCK_K, B blocks BLOCK_K x BLOCK_N (BLOCK_N x
     BLOCK_K with B_NK), C blocks ROWS x BLOCK_N / EPILOGUE_SPLIT (ROWS: one consumer's rows); a 3-D C
-    descriptor is a (SPLIT_K, M, N) fp32 workspace for split-K, blocks [1, ROWS, ...]. Launch with
-    num_warps=4 (the first consumer) and at most one program per SM."""
+    descriptor is a (SPLIT_K, M, N) fp32 workspace for split-K, blocks [1, ROWS, ...]. ``bias_ptr``: a
+    contiguous (N,) bias of A's dtype added to every row of C, or None (no bias code; always None
+    with split-K, whose reduce kernel adds the bias). Launch with num_warps=4 (the first consumer)
+    and at most one program per SM."""
     BLOCK_N: gl.constexpr = _block_n(b_desc.block_type.shape, B_NK)
     SPLIT: gl.constexpr = len(c_desc.block_type.shape) == 3
     p = Plan(
@@ -320,6 +353,8 @@ def matmul_hopper_ws_kernel(
         N = b_desc.shape[1]
     if SPLIT:
         SPLIT_K = c_desc.shape[0]
+        # Every slice's partial sum would carry it: the reduce kernel adds the bias once instead.
+        gl.static_assert(bias_ptr is None, "split-K takes no bias_ptr: reduce_partials adds the bias")
     else:
         SPLIT_K = 1
 
@@ -327,7 +362,10 @@ def matmul_hopper_ws_kernel(
     # the producer are workers with CONSUMER_REGS and PRODUCER_REGS registers per thread.
     if CONSUMERS == 1:
         gl.warp_specialize(
-            [(_mma_partition, (c_desc, M, N, K, SPLIT_K, s, p, 0)), (_load_partition, (a_desc, b_desc, M, N, K, SPLIT_K, s, p))],
+            [
+                (_mma_partition, (c_desc, bias_ptr, M, N, K, SPLIT_K, s, p, 0)),
+                (_load_partition, (a_desc, b_desc, M, N, K, SPLIT_K, s, p)),
+            ],
             [PRODUCER_WARPS],
             [PRODUCER_REGS],
         )
@@ -335,8 +373,8 @@ def matmul_hopper_ws_kernel(
         gl.static_assert(CONSUMERS == 2, "CONSUMERS must be 1 or 2")
         gl.warp_specialize(
             [
-                (_mma_partition, (c_desc, M, N, K, SPLIT_K, s, p, 0)),
-                (_mma_partition, (c_desc, M, N, K, SPLIT_K, s, p, 1)),
+                (_mma_partition, (c_desc, bias_ptr, M, N, K, SPLIT_K, s, p, 0)),
+                (_mma_partition, (c_desc, bias_ptr, M, N, K, SPLIT_K, s, p, 1)),
                 (_load_partition, (a_desc, b_desc, M, N, K, SPLIT_K, s, p)),
             ],
             [CONSUMER_WARPS, PRODUCER_WARPS],

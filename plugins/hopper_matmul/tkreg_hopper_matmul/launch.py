@@ -7,6 +7,12 @@ alignment), takes a :class:`Plan` (config, scheduler, K slices, grid, TMA block 
 constexprs), made once per problem shape class and cached, and launches it through
 :class:`tkreg_matmul.gluon_common.GluonLaunch` (tkreg.launch.fastlaunch: a compiled variant's launcher,
 and per set of tensors a bound launch over cached descriptors).
+
+A bias (N,) is checked with the inputs (a bias's dtype, shape, stride and device are part of the
+shape class) and passed to the kernel as a pointer, which adds it to the fp32 accumulator in its
+epilogue; without one the kernel gets None and compiles without bias code. With split-K the
+kernel gets None and :func:`tkreg_matmul.reduce.reduce_partials` adds the bias once, after the
+partial sums.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tkreg_matmul.checks import refused_bias
+from tkreg_matmul.checks import bias_reasons
 from tkreg_matmul.gluon_common import (
     GluonLaunch,
     ShapeClassCache,
@@ -33,7 +39,8 @@ from tkreg import Scheduler
 from tkreg.core.capability import Arch
 from tkreg.core.schedulers import gluon_impl
 from tkreg.launch.aot import AotSpec
-from tkreg.launch.inputs import fail_if
+from tkreg.launch.inputs import device_reasons, fail_if
+from tkreg.launch.tma import TRITON_TYPE
 
 from . import build
 from .choice import choose
@@ -107,37 +114,62 @@ def launch_plan(
 
 def matmul_hopper_ws(a: Any, b: Any, bias: Any = None, out: Any = None, *, scheduler: str | Scheduler | None = None,
                      **params: Any) -> Any:  # fmt: skip
-    """C = A @ B on an H100 (sm_90a). A (M, K): fp16 or bf16 CUDA tensor meeting TMA's layout rules
-    (contiguous last dimension, 16-byte aligned base and row stride). B (K, N): row-major like A, or
-    the transposed view of a row-major (N, K) weight (``x @ W.t()``), read as stored. No bias
-    epilogue: ``bias`` must be None. ``out``, if given, must be a TMA-legal (M, N) tensor of the
-    same dtype; one allocated here is contiguous, so N must be a multiple of 8. ``params`` are
-    HopperConfig fields; with none, the launcher chooses them (and the scheduler) for the problem
-    (:func:`.choice.choose`)."""
-    fail_if(refused_bias(bias))
+    """C = A @ B (+ bias) on an H100 (sm_90a). A (M, K): fp16 or bf16 CUDA tensor meeting TMA's
+    layout rules (contiguous last dimension, 16-byte aligned base and row stride). B (K, N):
+    row-major like A, or the transposed view of a row-major (N, K) weight (``x @ W.t()``), read as
+    stored. ``bias``: None, or a contiguous (N,) tensor of A's dtype on A's device, added to every
+    row of C in fp32 before the one rounding to C's dtype, so ``matmul_hopper_ws(x, W.t(), b)`` is
+    ``F.linear(x, W, b)``: in the kernel's epilogue, or with split-K once in the reduce kernel
+    (never to every partial sum); any other bias is refused with an InputError. ``out``, if
+    given, must be a TMA-legal (M, N) tensor of the same dtype; one allocated here is contiguous,
+    so N must be a multiple of 8. ``params`` are HopperConfig fields; with none, the launcher
+    chooses them (and the scheduler) for the problem (:func:`.choice.choose`)."""
     extra = (tuple(sorted(params.items())), scheduler) if params or scheduler is not None else None
-    resolved = _resolved.lookup(a, b, out, extra)
+    key = _shape_class(extra, bias)
+    resolved = _resolved.lookup(a, b, out, key)
     if resolved is None:
-        resolved = _resolve(a, b, out, params, scheduler)
-        _resolved.store(a, b, out, extra, resolved)
+        resolved = _resolve(a, b, bias, out, params, scheduler)
+        _resolved.store(a, b, out, key, resolved)
     layout, plan, variant = resolved
     if out is None:  # (a given out was checked with the inputs)
         out = make_output(a, b)
     if plan.split_k == 1:
-        _launch(plan.grid, operands(a, b, out, layout), plan.blocks, plan.constexprs, OPTIONS, variant)
+        _launch(plan.grid, operands(a, b, out, layout), plan.blocks, plan.constexprs, OPTIONS, variant, (bias,))
         return out
     import torch
 
     workspace = torch.empty((plan.split_k, a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
-    _launch(plan.grid, operands(a, b, workspace, layout), plan.blocks, plan.constexprs, OPTIONS, variant)
-    return reduce_partials(workspace, out)
+    # The partial sums carry no bias: the reduce kernel adds it once, after the last slice.
+    _launch(plan.grid, operands(a, b, workspace, layout), plan.blocks, plan.constexprs, OPTIONS, variant, (None,))
+    return reduce_partials(workspace, out, bias)
 
 
-def _resolve(a: Any, b: Any, out: Any, params: dict[str, Any], scheduler: str | Scheduler | None) -> tuple[str, Plan, Any]:
+# The shape-class key of a bias that is not a tensor: never stored (the full checks refuse it).
+_NOT_A_TENSOR = ("bias is not a tensor",)
+
+
+def _shape_class(extra: Any, bias: Any) -> Any:
+    """The launcher's ``extra`` key for ShapeClassCache: its parameters, and with a bias what the
+    bias checks read of it (dtype, shape, stride, device), so calls with and without one, or with
+    biases the checks tell apart, never share a cached plan."""
+    if bias is None:
+        return extra
+    try:
+        return (extra, bias.dtype, bias.shape, bias.stride(), bias.device)
+    except (AttributeError, TypeError):
+        return _NOT_A_TENSOR
+
+
+def _resolve(a: Any, b: Any, bias: Any, out: Any, params: dict[str, Any],
+             scheduler: str | Scheduler | None) -> tuple[str, Plan, Any]:  # fmt: skip
     """The full checks and the plan, for a call whose shape class is not cached yet."""
     # Given parameters (missing ones take the defaults) are checked before the inputs.
     config = config_from(tuple(sorted(params.items()))) if params else None
     layout = validate_gluon_matmul(a, b, out)
+    if bias is not None:
+        # The kernel (or the reduce kernel) loads N elements of A's dtype from bias's address.
+        fail_if(bias_reasons(a, b, bias))
+        fail_if(device_reasons([("a", a), ("bias", bias)], interpretable=False))
     M, K = a.shape
     plan = launch_plan(M, b.shape[1], K, layout, num_sms(a.device), config, scheduler)
     return layout, plan, plan.variant(a.dtype)
@@ -145,18 +177,29 @@ def _resolve(a: Any, b: Any, out: Any, params: dict[str, Any], scheduler: str | 
 
 def aot(arch: Arch, dtype: str, config: dict[str, Any]) -> AotSpec:
     """The compile the launcher would run for ``config`` (a scheduler name or spec under
-    "scheduler", B's layout under "b_layout" (default "kn"), the rest HopperConfig fields) with
-    ``dtype`` operands. SPLIT_K > 1 compiles the split-K kernel (its fp32 workspace store)."""
+    "scheduler", B's layout under "b_layout" (default "kn"), whether a bias is passed under "bias"
+    (default False), the rest HopperConfig fields) with ``dtype`` operands. SPLIT_K > 1 compiles
+    the split-K kernel (its fp32 workspace store), which takes no bias whatever "bias" says: the
+    reduce kernel adds it. A bias is a 16-byte aligned pointer, as torch allocates one."""
     if arch.name != ARCH:
         raise ValueError(f"matmul_hopper_ws is built for {ARCH} only (wgmma exists on 9.0 alone), not {arch.name}")
     params = dict(config)
     scheduler = params.pop("scheduler", DEFAULT_SCHEDULER)
     layout = params.pop("b_layout", KN)
+    with_bias = params.pop("bias", False)
     if layout not in LAYOUTS:
         raise ValueError(f"b_layout={layout!r}; known: {', '.join(LAYOUTS)}")
+    if not isinstance(with_bias, bool):
+        raise ValueError(f"bias={with_bias!r}; must be True or False")
     hopper = HopperConfig.from_params(params)
     c_dtype = "float32" if hopper.SPLIT_K > 1 else dtype
     signature = descriptor_signatures(dtype, build.blocks(hopper, layout), c_dtype)
-    constexprs = build.constexprs(hopper, gluon_impl(scheduler), layout)
+    constexprs: dict[str, Any] = build.constexprs(hopper, gluon_impl(scheduler), layout)
+    aligned: tuple[str, ...] = ()
+    if with_bias and hopper.SPLIT_K == 1:
+        signature["bias_ptr"] = f"*{TRITON_TYPE[dtype]}"
+        aligned = ("bias_ptr",)
+    else:
+        constexprs = {"bias_ptr": None, **constexprs}
     signature.update(dict.fromkeys(constexprs, "constexpr"))
-    return AotSpec(matmul_hopper_ws_kernel, signature, constexprs, build.options())
+    return AotSpec(matmul_hopper_ws_kernel, signature, constexprs, build.options(), aligned)

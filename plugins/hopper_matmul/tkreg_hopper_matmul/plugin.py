@@ -24,12 +24,19 @@ def _shown(config: HopperConfig) -> dict[str, int | bool]:
 def _compile_configs() -> tuple[dict[str, int | bool | str], ...]:
     """Compile items: the default in both B layouts with every scheduler; every other registered
     config once per layout, schedulers taken in turn (each is compiled with all of them by the
-    plugin's own tests of the default)."""
+    plugin's own tests of the default); then the bias epilogue ("bias": True) of every config
+    without split-K in both layouts (split-K gives its bias to the reduce kernel: its own compile
+    is the one above)."""
     items: list[dict[str, int | bool | str]] = []
     for layout in LAYOUTS:
         items += [{**_shown(DEFAULT), "b_layout": layout, "scheduler": s} for s in SCHEDULER_NAMES]
         for i, config in enumerate(REGISTERED[1:]):
             items.append({**_shown(config), "b_layout": layout, "scheduler": SCHEDULER_NAMES[i % len(SCHEDULER_NAMES)]})
+    for layout in LAYOUTS:
+        unsplit = [c for c in REGISTERED if c.SPLIT_K == 1]
+        for i, config in enumerate(unsplit):
+            items.append({**_shown(config), "b_layout": layout, "scheduler": SCHEDULER_NAMES[i % len(SCHEDULER_NAMES)],
+                          "bias": True})  # fmt: skip
     return tuple(items)
 
 
@@ -44,7 +51,8 @@ KERNEL = tkreg.Kernel(
         triton=">=3.6,<3.7",
         features=("tma", "mbarrier", "wgmma", "warp_specialization", "setmaxnreg"),
         dtypes=("float16", "bfloat16"),
-        inputs="tkreg_matmul.checks:gluon_matmul_inputs_reasons",
+        # A bias must be a contiguous (N,) vector of the operands' dtype (the epilogue loads it).
+        inputs="tkreg_matmul.checks:gluon_bias_matmul_inputs_reasons",
     ),
     interpretable=False,
     targets=(
@@ -73,7 +81,8 @@ KERNEL = tkreg.Kernel(
     priority=10,
     description="persistent warp-specialized wgmma matmul: TMA ring fed by one producer warp, one or two "
     "consumer warpgroups (cooperative or ping-pong), B as (K, N) or as an (N, K) weight read as stored, "
-    "split-K for few output tiles, tile and scheduler chosen per shape from measurements",
+    "an optional bias (N,) added in fp32 in the epilogue, split-K for few output tiles, tile and scheduler "
+    "chosen per shape from measurements",
 )
 
 

@@ -77,6 +77,12 @@ def gluon_matmul_inputs_reasons(a: Any, b: Any, bias: Any = None, *rest: Any) ->
     return refused_bias(bias) or gluon_operand_reasons(a, b, *rest)
 
 
+def gluon_bias_matmul_inputs_reasons(a: Any, b: Any, bias: Any = None, *rest: Any) -> list[str]:
+    """Requirements.inputs for TMA matmuls with a bias epilogue: :func:`gluon_operand_reasons`,
+    then a bias that is None or passes :func:`bias_reasons`."""
+    return gluon_operand_reasons(a, b, *rest) or bias_reasons(a, b, bias)
+
+
 def gluon_operand_reasons(a: Any, b: Any, *rest: Any) -> list[str]:
     """Operand checks, then TMA's layout rules (last stride 1, 16-byte aligned base and row stride:
     K and N multiples of 8 for 2-byte types) for A, and for B as a row-major (K, N) tensor or as the

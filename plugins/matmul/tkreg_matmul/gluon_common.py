@@ -143,14 +143,22 @@ def persistent_grid(M: int, N: int, BLOCK_M: int, BLOCK_N: int, device: Any, spl
 
 class GluonLaunch:
     """Launches of one Gluon matmul kernel whose runtime arguments are its three TMA descriptors
-    (A, B as stored, C or a split-K workspace), through :mod:`tkreg.launch.fastlaunch`.
+    (A, B as stored, C or a split-K workspace), then any plain ``args`` the caller passes (a bias
+    pointer or None), through :mod:`tkreg.launch.fastlaunch`.
 
     One :class:`~tkreg.launch.fastlaunch.Launcher` per compiled variant (the constexprs, options, block
     shapes and dtype the caller's plan names), and per set of tensors (address, shape and strides of
-    each, which is all a descriptor encodes) one bound launch over cached, immutable descriptors
-    (:func:`tkreg.launch.tma.descriptor`): a repeated call encodes no CUtensorMap and binds no argument.
-    The caller has checked TMA's rules for these tensors. Launch hooks (profilers) and anything
-    else fastlaunch does not take get triton's ordinary launch, as fastlaunch decides."""
+    each, which is all a descriptor encodes) and plain arguments (a tensor's address and dtype, or
+    None) one bound launch over cached, immutable descriptors (:func:`tkreg.launch.tma.descriptor`):
+    a repeated call encodes no CUtensorMap and binds no argument. A plain tensor argument is bound
+    as its address (:class:`~tkreg.launch.fastlaunch.TensorAddress`), so the bounded cache of bound
+    launches keeps no tensor's memory alive; None stays None, which triton compiles as a constant.
+    (fastlaunch freezes a bound launch's expanded arguments only when all are ints, floats, None or
+    FrozenDescriptors: one with an address takes the Launcher's fast path on each call, which
+    specializes its arguments again but encodes no descriptor.)
+    The caller has checked TMA's rules for these tensors and whatever the kernel needs of the
+    plain ones. Launch hooks (profilers) and anything else fastlaunch does not take get triton's
+    ordinary launch, as fastlaunch decides."""
 
     def __init__(self, kernel: Any, max_bound: int = BOUND_LAUNCHES) -> None:
         self.kernel = kernel
@@ -159,13 +167,18 @@ class GluonLaunch:
         self._bound: dict[Any, Any] = {}
 
     def __call__(self, grid: tuple[int, ...], tensors: Sequence[Any], blocks: Mapping[str, Sequence[int]],
-                 constexprs: Mapping[str, Any], options: Mapping[str, Any], variant: Any) -> None:  # fmt: skip
+                 constexprs: Mapping[str, Any], options: Mapping[str, Any], variant: Any,
+                 args: Sequence[Any] = ()) -> None:  # fmt: skip
         """``tensors``: A, B as stored (W for ``x @ W.t()``), C; ``blocks``: their block shapes under
-        "a", "b", "c"; ``variant``: a hashable key for everything that decides the compiled kernel."""
+        "a", "b", "c"; ``variant``: a hashable key for everything that decides the compiled kernel;
+        ``args``: the kernel's runtime arguments after the three descriptors, each a tensor or None."""
         key = (variant, *((t.data_ptr(), t.shape, t.stride()) for t in tensors))
+        if args:
+            # What a plain argument gives the kernel: its address, and its dtype (the pointer's type).
+            key += tuple(None if x is None else (x.data_ptr(), x.dtype) for x in args)
         bound = self._bound.get(key)
         if bound is None:
-            from tkreg.launch.fastlaunch import Launcher
+            from tkreg.launch.fastlaunch import Launcher, TensorAddress
             from tkreg.launch.tma import descriptor
 
             launcher = self._launchers.get(variant)
@@ -175,7 +188,8 @@ class GluonLaunch:
                 descriptor(t, blocks[name], name, _layout(tuple(blocks[name]), t.dtype), checked=True)
                 for t, name in zip(tensors, ("a", "b", "c"))
             ]
-            bound = bounded.put(self._bound, key, launcher.bind(*descs), self.max_bound)
+            plain = [None if x is None else TensorAddress(x.data_ptr(), x.dtype) for x in args]
+            bound = bounded.put(self._bound, key, launcher.bind(*descs, *plain), self.max_bound)
         bound(grid)
 
 

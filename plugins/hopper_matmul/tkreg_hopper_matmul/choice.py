@@ -93,8 +93,9 @@ TUNE_FROM_MODEL = 2
 OTHER_SCHEDULER = {"grouped-8": "persistent", "persistent": "grouped-8", "grouped-1": "grouped-8"}
 
 
-def tune_configs(a: Any, b: Any) -> list[dict[str, Any]]:
-    """A few plausible (config, scheduler) pairs for A (M, K) @ B (K, N), as launcher keywords."""
+def tune_configs(a: Any, b: Any, bias: Any = None) -> list[dict[str, Any]]:
+    """A few plausible (config, scheduler) pairs for A (M, K) @ B (K, N) (+ bias: the same tiles),
+    as launcher keywords."""
     from tkreg_matmul.gluon_common import num_sms
     from tkreg_matmul.layouts import b_layout
 

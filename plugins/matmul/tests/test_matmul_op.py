@@ -93,6 +93,22 @@ def test_reference_adds_the_bias_to_every_row():
     assert torch.equal(op.reference(a, b), a @ b)
 
 
+@pytest.mark.parametrize("a_shape", [(5, 8), (2, 3, 8)])
+def test_the_peer_with_a_bias_is_f_linear_into_any_given_output(a_shape):
+    g = torch.Generator().manual_seed(1)
+    a, w, bias = (torch.randn(*s, generator=g, dtype=torch.float64) for s in (a_shape, (6, 8), (6,)))
+    want = torch.nn.functional.linear(a, w, bias)
+    assert torch.equal(op.peer(a, w.t(), bias), want)
+    out = torch.full((*a_shape[:-1], 6), float("nan"), dtype=torch.float64)
+    assert op.peer(a, w.t(), bias, out=out) is out and torch.allclose(out, want)
+    strided = torch.full((6, *a_shape[:-1]), float("nan"), dtype=torch.float64).movedim(0, -1)  # not contiguous
+    assert op.peer(a, w.t(), bias, out=strided) is strided and torch.allclose(strided, want)
+    batched_a, batched_b = torch.randn(3, 5, 8, dtype=torch.float64), torch.randn(3, 8, 6, dtype=torch.float64)
+    into = torch.empty(3, 5, 6, dtype=torch.float64)
+    assert op.peer(batched_a, batched_b, bias, out=into) is into and torch.allclose(into, batched_a @ batched_b + bias)
+    assert torch.equal(op.peer(a, w.t()), a @ w.t())
+
+
 def test_unknown_variant_names_the_known_ones(matmul_op):
     with pytest.raises(ValueError, match="'weight-bias'"):
         make_inputs(matmul_op, case(M=2, N=2, K=2, variant="weight-biased"), "float16", seed=1, device="cpu")

@@ -123,17 +123,20 @@ def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
 
 def peer(a: Any, b: Any, bias: Any = None, *, out: Any = None) -> Any:
     """torch.matmul without a bias (what ``x @ w`` calls); with one, what ``F.linear(x, W, bias)``
-    runs: cuBLAS with the bias added in its epilogue (addmm) for 2-D B, the product then the bias
-    for a batch of B."""
+    runs: cuBLAS with the bias added in its epilogue (addmm, A's leading dims merged into rows), or
+    for a batch of B the product then the bias (baddbmm). Into ``out`` where given, with no copy."""
     import torch
 
     if bias is None:
         return torch.matmul(a, b, out=out)
-    if b.dim() == 2:
-        got = torch.nn.functional.linear(a, b.mT, bias)
-    else:
-        got = torch.baddbmm(bias, a, b)
-    return got if out is None else out.copy_(got)
+    if b.dim() == 3:
+        return torch.baddbmm(bias, a, b, out=out)
+    if out is None:
+        return torch.nn.functional.linear(a, b.mT, bias)
+    if not out.is_contiguous():  # rows that cannot be one (M, N) view: computed, then copied in
+        return out.copy_(torch.nn.functional.linear(a, b.mT, bias))
+    torch.addmm(bias, a.reshape(-1, a.shape[-1]), b, out=out.view(-1, out.shape[-1]))
+    return out
 
 
 def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any = (True, True, True)) -> tuple[Any, Any, Any]:

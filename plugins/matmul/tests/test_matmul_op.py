@@ -107,6 +107,8 @@ def test_the_peer_with_a_bias_is_f_linear_into_any_given_output(a_shape):
     into = torch.empty(3, 5, 6, dtype=torch.float64)
     assert op.peer(batched_a, batched_b, bias, out=into) is into and torch.allclose(into, batched_a @ batched_b + bias)
     assert torch.equal(op.peer(a, w.t()), a @ w.t())
+    wide = torch.randn(*a_shape[:-1], 6, dtype=torch.float64)  # a bias torch broadcasts: F.linear's answer
+    assert torch.allclose(op.peer(a, w.t(), wide), torch.nn.functional.linear(a, w, wide))
 
 
 def test_unknown_variant_names_the_known_ones(matmul_op):

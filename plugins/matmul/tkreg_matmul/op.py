@@ -122,21 +122,24 @@ def cost(dims: Mapping[str, int], itemsize: int) -> Cost:
 
 
 def peer(a: Any, b: Any, bias: Any = None, *, out: Any = None) -> Any:
-    """torch.matmul without a bias (what ``x @ w`` calls); with one, what ``F.linear(x, W, bias)``
-    runs: cuBLAS with the bias added in its epilogue (addmm, A's leading dims merged into rows), or
-    for a batch of B the product then the bias (baddbmm). Into ``out`` where given, with no copy."""
+    """torch.matmul without a bias (what ``x @ w`` calls); with one, cuBLAS with the bias added in
+    its epilogue, as ``F.linear(x, W, bias)`` runs it: torch.addmm on B as given (A's leading dims
+    merged into rows), which costs the host less than F.linear's own call (it makes no transposed
+    view of W); for a batch of B the product then the bias (baddbmm). Into ``out`` where given,
+    with no copy. A bias of another shape than (N,) gets F.linear's broadcasting."""
     import torch
 
     if bias is None:
         return torch.matmul(a, b, out=out)
     if b.dim() == 3:
         return torch.baddbmm(bias, a, b, out=out)
-    if out is None:
-        return torch.nn.functional.linear(a, b.mT, bias)
-    if not out.is_contiguous():  # rows that cannot be one (M, N) view: computed, then copied in
-        return out.copy_(torch.nn.functional.linear(a, b.mT, bias))
-    torch.addmm(bias, a.reshape(-1, a.shape[-1]), b, out=out.view(-1, out.shape[-1]))
-    return out
+    if bias.dim() != 1 or (out is not None and not out.is_contiguous()):
+        got = torch.nn.functional.linear(a, b.mT, bias)
+        return got if out is None else out.copy_(got)
+    if a.dim() == 2:
+        return torch.addmm(bias, a, b, out=out)
+    rows = torch.addmm(bias, a.reshape(-1, a.shape[-1]), b, out=None if out is None else out.view(-1, out.shape[-1]))
+    return rows.view(*a.shape[:-1], b.shape[-1]) if out is None else out
 
 
 def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any = (True, True, True)) -> tuple[Any, Any, Any]:

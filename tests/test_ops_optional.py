@@ -362,6 +362,23 @@ def test_the_torch_operator_leaves_out_trailing_optional_inputs(ops: Any) -> Non
     torch.testing.assert_close(torch.ops.tkreg.toy_affine(x, w), x * w, rtol=0, atol=0)
 
 
+def test_the_torch_operator_runs_the_plan_of_a_call_that_leaves_inputs_out(ops: Any, monkeypatch: Any) -> None:
+    """A planned call that leaves trailing optional inputs out takes the packet's planned run, as
+    the same call with None does, not torch's dispatcher (matmul(a, b) leaves out its bias)."""
+    device = device_or_skip()
+    x, w, _ = _inputs(device)
+    packet = torch.ops.tkreg.toy_affine
+    through_torch: list[Any] = []
+    op = packet._op
+    monkeypatch.setattr(packet, "_op", lambda *a, **k: through_torch.append(a) or op(*a, **k))
+    packet(x, w)  # plans the signature (None for the bias) through torch's dispatcher
+    assert len(through_torch) == 1
+    for _ in range(2):
+        torch.testing.assert_close(packet(x, w), x * w, rtol=0, atol=0)
+        torch.testing.assert_close(packet(x, w, None), x * w, rtol=0, atol=0)
+    assert len(through_torch) == 1
+
+
 def test_too_few_or_too_many_inputs_say_how_many_the_op_takes(ops: Any) -> None:
     device = device_or_skip()
     x, w, b = _inputs(device)

@@ -367,7 +367,9 @@ def _take_planned_packet_calls(packet: Any, slot: Slot) -> None:
         return
     params, inputs = slot.dispatcher.params, [f"t{i}" for i in range(arity)]
     planned = _planned_run(inputs, params, 8, slot.dispatcher.form.optional)
-    text = _PACKET.format(arity=arity, names=", ".join(inputs), planned=planned)
+    required = slot.dispatcher.form.required
+    pad = _PAD.format(required=required, arity=arity) if required < arity else ""
+    text = _PACKET.format(arity=arity, names=", ".join(inputs), planned=planned, pad=pad)
     call = generated(text, "packet_call", {**_scope(params), "slot": slot})
     try:
         packet.__class__ = type(f"tkreg_{packet.__name__}_packet", (type(packet),), {"__call__": call})
@@ -688,10 +690,15 @@ def kernel(keyset, {parameters}, /, **params):
 # positionally, as many as the op has; anything else is the packet's own call.
 _PACKET = """
 def packet_call(self, /, *args, **params):
-    if len(args) == {arity}:
+{pad}    if len(args) == {arity}:
         {names}, = args
 {planned}
     return self._op(*args, **params)
+"""
+# Trailing optional inputs a call left out (``matmul(a, b)`` without its bias): None in their place,
+# so such a call takes the planned run too, not torch's dispatcher (which costs it microseconds).
+_PAD = """    if {required} <= len(args) < {arity}:
+        args = (*args, *(None,) * ({arity} - len(args)))
 """
 
 

@@ -3,7 +3,8 @@ shapes, tkreg's choice against the op's peer (cuBLAS for the built-in one).
 
 Cases: the op's benchmark cases (for the built-in op: Llama-3-8B's projections at M = 16, 128,
 2048 and 16384 tokens, B as a (K, N) matrix and as the transposed view of an (N, K) weight, as
-F.linear passes it; 3000 x 5000 x 2000; 8192 x 8192 x K), plus every (N, K) at M = 64 in the
+F.linear passes it; Qwen2-7B's fused QKV projection with a bias; 3000 x 5000 x 2000; 8192 x 8192
+x K), plus every (N, K) at M = 64 in the
 layouts the benchmark cases give it; in bf16 and fp16. Per case and dtype: the peer,
 ``tkreg.ops.<op>`` (whatever its dispatch picks, output allocated as a user's call does), and
 every registered kernel at its launcher's own choice. Device time by tkreg.testing.timing.DeviceTimer as the benchmark items

@@ -125,11 +125,10 @@ def matmul_hopper_ws(a: Any, b: Any, bias: Any = None, out: Any = None, *, sched
     so N must be a multiple of 8. ``params`` are HopperConfig fields; with none, the launcher
     chooses them (and the scheduler) for the problem (:func:`.choice.choose`)."""
     extra = (tuple(sorted(params.items())), scheduler) if params or scheduler is not None else None
-    key = _shape_class(extra, bias)
-    resolved = _resolved.lookup(a, b, out, key)
+    resolved = _resolved.lookup(a, b, out, extra, bias)
     if resolved is None:
         resolved = _resolve(a, b, bias, out, params, scheduler)
-        _resolved.store(a, b, out, key, resolved)
+        _resolved.store(a, b, out, extra, resolved, bias)
     layout, plan, variant = resolved
     if out is None:  # (a given out was checked with the inputs)
         out = make_output(a, b)
@@ -142,22 +141,6 @@ def matmul_hopper_ws(a: Any, b: Any, bias: Any = None, out: Any = None, *, sched
     # The partial sums carry no bias: the reduce kernel adds it once, after the last slice.
     _launch(plan.grid, operands(a, b, workspace, layout), plan.blocks, plan.constexprs, OPTIONS, variant, (None,))
     return reduce_partials(workspace, out, bias)
-
-
-# The shape-class key of a bias that is not a tensor: never stored (the full checks refuse it).
-_NOT_A_TENSOR = ("bias is not a tensor",)
-
-
-def _shape_class(extra: Any, bias: Any) -> Any:
-    """The launcher's ``extra`` key for ShapeClassCache: its parameters, and with a bias what the
-    bias checks read of it (dtype, shape, stride, device), so calls with and without one, or with
-    biases the checks tell apart, never share a cached plan."""
-    if bias is None:
-        return extra
-    try:
-        return (extra, bias.dtype, bias.shape, bias.stride(), bias.device)
-    except (AttributeError, TypeError):
-        return _NOT_A_TENSOR
 
 
 def _resolve(a: Any, b: Any, bias: Any, out: Any, params: dict[str, Any],

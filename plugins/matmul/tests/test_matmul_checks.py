@@ -70,6 +70,7 @@ def test_kernels_without_a_bias_epilogue_refuse_a_bias():
         (t(6, dtype=torch.float32), "bias has dtype float32"),
         (t(12)[::2], "bias must be contiguous, got stride 2"),
         (t(0), "bias is empty"),
+        ([1.0] * 6, "bias must be a torch.Tensor, got list"),
     ],
 )
 def test_bias_reasons(bias, message):

@@ -81,25 +81,27 @@ def descriptor_signatures(dtype: str, blocks: Mapping[str, Sequence[int]], c_dty
 
 
 class ShapeClassCache:
-    """What a launcher resolved for inputs that passed validate_gluon_matmul (B's layout, its plan),
-    by everything the checks read except the addresses: dtypes, shapes, strides and devices of A, B
-    and the output, plus the launcher's own ``extra`` key (its parameters). A hit still checks the
-    16-byte alignment of every address, so a misaligned tensor of a cached shape class gets the full
-    checks and their error. Bounded: cleared when full."""
+    """What a launcher resolved for inputs that passed its checks (B's layout, its plan), by
+    everything the checks read except the addresses: dtypes, shapes, strides and devices of A, B,
+    the output and a bias (None or a tensor), plus the launcher's own ``extra`` key (its
+    parameters). A hit still checks the 16-byte alignment of A's, B's and the output's addresses,
+    so a misaligned tensor of a cached shape class gets the full checks and their error; anything
+    that is not a tensor is a miss, and gets them too. Bounded: cleared when full."""
 
     def __init__(self, maxsize: int = 4096) -> None:
         self.maxsize = maxsize
         self._entries: dict[Any, Any] = {}
 
     @staticmethod
-    def _key(a: Any, b: Any, out: Any, extra: Any) -> Any:
+    def _key(a: Any, b: Any, out: Any, extra: Any, bias: Any) -> Any:
         o = None if out is None else (out.dtype, out.shape, out.stride(), out.device)
-        return (a.dtype, b.dtype, a.shape, b.shape, a.stride(), b.stride(), a.device, b.device, o, extra)
+        c = None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device)
+        return (a.dtype, b.dtype, a.shape, b.shape, a.stride(), b.stride(), a.device, b.device, o, c, extra)
 
-    def lookup(self, a: Any, b: Any, out: Any, extra: Any = None) -> Any:
+    def lookup(self, a: Any, b: Any, out: Any, extra: Any = None, bias: Any = None) -> Any:
         """The stored value, or None (not seen, not tensors, or an address not 16-byte aligned)."""
         try:
-            value = self._entries.get(self._key(a, b, out, extra))
+            value = self._entries.get(self._key(a, b, out, extra, bias))
             if value is None or a.data_ptr() % TMA_ALIGNMENT or b.data_ptr() % TMA_ALIGNMENT:
                 return None
             if out is not None and out.data_ptr() % TMA_ALIGNMENT:
@@ -108,10 +110,10 @@ class ShapeClassCache:
             return None
         return value
 
-    def store(self, a: Any, b: Any, out: Any, extra: Any, value: Any) -> None:
+    def store(self, a: Any, b: Any, out: Any, extra: Any, value: Any, bias: Any = None) -> None:
         if len(self._entries) >= self.maxsize:
             self._entries.clear()
-        self._entries[self._key(a, b, out, extra)] = value
+        self._entries[self._key(a, b, out, extra, bias)] = value
 
     def clear(self) -> None:
         self._entries.clear()

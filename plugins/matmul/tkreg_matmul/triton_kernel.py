@@ -157,12 +157,10 @@ def launch_planned(plans: ShapeClassCache, make_plan: Any, a: Any, b: Any, bias:
     """A launcher's call: its plan for the inputs' shape class (``make_plan(a, b, bias, out,
     config)`` the first time), the output (a new one where ``out`` is None), the launch."""
     extra = tuple(sorted(config.items())) if config else None
-    if bias is not None:  # its layout is part of the shape class (the checks read it)
-        extra = (extra, bias.dtype, bias.shape, bias.stride(), bias.device)
-    plan = plans.lookup(a, b, out, extra)
+    plan = plans.lookup(a, b, out, extra, bias)
     if plan is None:
         plan = make_plan(a, b, bias, out, config)
-        plans.store(a, b, out, extra, plan)
+        plans.store(a, b, out, extra, plan, bias)
     if out is None:
         out = output_for(a, b, None)
     plan.launch(plan.grid, a, b, out, bias, *plan.sizes, *a.stride(), *b.stride(), *out.stride())

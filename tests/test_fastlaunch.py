@@ -496,6 +496,29 @@ def test_a_bound_launch_of_tensors_specializes_every_call(gpu):
     assert gpu.launches[-1][13] is a and gpu.launches[-1][4] != gpu.launches[0][4]
 
 
+def test_a_bound_launch_of_addresses_prepares_its_arguments_once(gpu):
+    """An address cannot be re-pointed: a bound launch of TensorAddresses (a bias pointer beside
+    descriptors) is specialized and expanded once, and launches those addresses."""
+    launch = Launcher(add_kernel, BLOCK=128, num_warps=4)
+    a, b, c = tensors(64)
+    bound = launch.bind(*(TensorAddress(t.data_ptr(), t.dtype) for t in (a, b, c)), 64)
+    assert bound.immutable
+    for _ in range(3):
+        bound((1,))
+    assert launch.slow_calls == 1 and len(gpu.compiles) == 1 and len(gpu.launches) == 3
+    assert [x.data_ptr() for x in gpu.launches[-1][13:16]] == [a.data_ptr(), b.data_ptr(), c.data_ptr()]
+
+
+def test_an_address_cannot_change():
+    address = TensorAddress(0x40, torch.float16)
+    for name in ("_ptr", "dtype"):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(address, name, 0x80)
+        with pytest.raises(AttributeError, match="immutable"):
+            delattr(address, name)
+    assert (address.data_ptr(), address.dtype) == (0x40, torch.float16)
+
+
 def test_a_bound_launch_of_an_interpreted_kernel_runs_it():
     launch = Launcher(InterpretedFunction(add_source), BLOCK=16)
     a, b, c = torch.ones(20), torch.ones(20), torch.zeros(20)

@@ -45,9 +45,9 @@ since it was compiled (triton raises), or arguments the key cannot be made of.
 path off altogether (to compare with the ordinary path).
 
 Bound launches: ``launch.bind(*args)`` prepares one argument list for launching again and again
-(``bound(grid)``): when every argument is immutable (ints, floats, None, FrozenDescriptors) it is
-specialized and expanded once, and a call reads only the grid, the device and the stream. Keep
-bound launches in a cache keyed by whatever the arguments were made from.
+(``bound(grid)``): when every argument is immutable (ints, floats, None, FrozenDescriptors,
+TensorAddresses) it is specialized and expanded once, and a call reads only the grid, the device
+and the stream. Keep bound launches in a cache keyed by whatever the arguments were made from.
 
 TMA descriptors: :class:`FrozenDescriptor` is a Gluon ``TensorDescriptor`` that cannot change
 once made and keeps no tensor alive, so its specialization is computed once and the CUtensorMap
@@ -179,11 +179,19 @@ class TensorAddress:
     __slots__ = ("_ptr", "dtype")
 
     def __init__(self, ptr: int, dtype: Any) -> None:
-        self._ptr = ptr
-        self.dtype = dtype
+        object.__setattr__(self, "_ptr", ptr)
+        object.__setattr__(self, "dtype", dtype)
 
     def data_ptr(self) -> int:
         return self._ptr
+
+    # Immutable, so a bound launch of addresses keeps its specialization (triton's reads only the
+    # address's alignment and the dtype) and its expanded arguments, as one of descriptors does.
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"TensorAddress is immutable (tried to set {name!r}); make a new one")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"TensorAddress is immutable (tried to delete {name!r})")
 
     def __repr__(self) -> str:
         return f"TensorAddress(0x{self._ptr:x}, {self.dtype})"
@@ -417,7 +425,7 @@ class Launcher:
         state.entries[key] = _Entry(kernel)
 
 
-IMMUTABLE_TYPES = (int, float, bool, type(None))
+IMMUTABLE_TYPES = (int, float, bool, type(None), TensorAddress)
 
 
 class BoundLaunch:

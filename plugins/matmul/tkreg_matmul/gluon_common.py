@@ -155,9 +155,8 @@ class GluonLaunch:
     a repeated call encodes no CUtensorMap and binds no argument. A plain tensor argument is bound
     as its address (:class:`~tkreg.launch.fastlaunch.TensorAddress`), so the bounded cache of bound
     launches keeps no tensor's memory alive; None stays None, which triton compiles as a constant.
-    (fastlaunch freezes a bound launch's expanded arguments only when all are ints, floats, None or
-    FrozenDescriptors: one with an address takes the Launcher's fast path on each call, which
-    specializes its arguments again but encodes no descriptor.)
+    An address cannot change, so fastlaunch specializes and expands such a bound launch once, as
+    one of descriptors alone.
     The caller has checked TMA's rules for these tensors and whatever the kernel needs of the
     plain ones. Launch hooks (profilers) and anything else fastlaunch does not take get triton's
     ordinary launch, as fastlaunch decides."""

@@ -16,7 +16,8 @@ import sys
 from setuptools import setup
 
 SOURCES = ["tkreg/ops/native/plan_key.cpp", "tkreg/ops/native/fast_call.cpp", "tkreg/ops/native/outputs.cpp",
-           "tkreg/ops/native/autocast.cpp", "tkreg/ops/native/replayed_call.cpp"]
+           "tkreg/ops/native/autocast.cpp", "tkreg/ops/native/replayed_call.cpp",
+           "tkreg/ops/native/reordered_call.cpp"]
 REPLAY_SOURCES = ["tkreg/launch/native/replay.cpp"]
 
 

@@ -170,6 +170,12 @@ class Op:
     internal ones too (``torch.native_layer_norm`` gives the mean and rstd F.layer_norm drops):
     tkreg.ops runs it where a caller gets every output (the torch operator, a forward that keeps
     its outputs for the backward), so those hold values and backward kernels can read them.
+    ``peer_direct(shapes)``, optional, names the one torch call the peer makes for inputs of these
+    shapes (one tuple per input, None for an absent optional input), as ``(target, order)``:
+    ``peer(*inputs)`` is ``target(*(inputs[i] for i in order))``, or None where the peer's own
+    code is needed. A plan whose signature the peer runs then makes that call with no frame of the
+    peer's own (matmul: ``torch.addmm(bias, a, b)`` for ``(a, b, bias)``); ops with parameters
+    call the peer itself.
     ``rivals`` maps names to more implementations benchmarks time beside the peer, called the
     same way (torch.compile of the same function, another library); speed-ups stay against the
     peer.
@@ -215,6 +221,7 @@ class Op:
     peer: Ref | None = None
     peer_name: str = ""
     full_peer: Ref | None = None
+    peer_direct: Ref | None = None
     tolerance_scale: Ref | None = None
     bench_dtypes: tuple[str, ...] = ()
     description: str = ""
@@ -236,7 +243,7 @@ class Op:
         _check_name(kind, self.name)
         for f in ("reference", "make_inputs", "make_output", "cost"):
             _check_ref(kind, self.name, f, getattr(self, f))
-        for f in ("peer", "full_peer", "tolerance_scale", "backward", "backward_cost"):
+        for f in ("peer", "full_peer", "peer_direct", "tolerance_scale", "backward", "backward_cost"):
             _check_ref(kind, self.name, f, getattr(self, f), optional=True)
         self._check_interface()
         if not isinstance(self.rivals, Mapping):
@@ -279,6 +286,8 @@ class Op:
             raise SpecError(kind, self.name, "bound", f"must be one of {BOUNDS}, got {self.bound!r}")
         if self.full_peer is not None and self.peer is None:
             raise SpecError(kind, self.name, "full_peer", "is another form of the peer: give the op a peer too")
+        if self.peer_direct is not None and self.peer is None:
+            raise SpecError(kind, self.name, "peer_direct", "names the peer's own call: give the op a peer too")
         if self.peer is not None and not self.peer_name:
             object.__setattr__(self, "peer_name", refs.describe(self.peer).rpartition(":")[2])
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import keyword
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.generated import generated
@@ -35,4 +35,24 @@ def bound_call(target: Callable[..., Any], arity: int, keywords: Mapping[str, An
     name = getattr(target, "__name__", type(target).__name__)
     call.__name__ = call.__qualname__ = f"{name}_bound"
     call.__doc__ = f"{name}(*inputs, {', '.join(f'{k}={v!r}' for k, v in keywords.items())})"
+    return call
+
+
+def reordered_call(target: Callable[..., Any], order: Sequence[int], arity: int) -> Callable[..., Any]:
+    """``call(*inputs)`` is ``target(*(inputs[i] for i in order))`` for exactly ``arity`` inputs:
+    a peer plan's direct torch call (Op.peer_direct). A builtin with no Python frame where the
+    C++ extension is in use (reordered_call.cpp), else one small function written out."""
+    from . import native
+
+    order = tuple(order)
+    if not all(isinstance(i, int) and 0 <= i < arity for i in order):
+        raise ValueError(f"an order of input positions below {arity}, got {order!r}")
+    make = native.reordered_maker()
+    if make is not None:
+        return make(target, order)
+    inputs = ", ".join(f"t{i}" for i in range(arity))
+    picked = ", ".join(f"t{i}" for i in order)
+    call: Any = generated(f"def call({inputs}, /):\n    return _target({picked})\n", "call", {"_target": target})
+    name = getattr(target, "__name__", type(target).__name__)
+    call.__name__ = call.__qualname__ = f"{name}_reordered"
     return call

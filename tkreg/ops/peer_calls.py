@@ -14,7 +14,7 @@ from typing import Any
 from ..core import refs
 from ..core.errors import InputError
 from . import remembered
-from .binding import bound_call
+from .binding import bound_call, reordered_call
 from .forms import OutputLayout, as_tuple, outputs_allocator
 from .plans import PLAN_CACHE_SIZE, Plan
 
@@ -67,6 +67,8 @@ class PeerCalls:
 
         def first(*inputs: Any) -> Any:
             """The first call decides which way the peer is called for this signature."""
+            nonlocal functional
+            functional = self._direct_peer(params, [None if t is None else tuple(t.shape) for t in inputs]) or functional
             try:
                 raw = functional(*inputs)
             except torch.OutOfMemoryError:
@@ -167,6 +169,26 @@ class PeerCalls:
         plan.complete = False
         self._set_run(plan, with_internal, returned_only)
         self._note_partial(plan)
+
+    def _direct_peer(self, params: dict[str, Any], shapes: Sequence[tuple[int, ...] | None]) -> Callable[..., Any] | None:
+        """The one torch call the peer makes for inputs of these shapes, made with no frame of the
+        peer's own (Op.peer_direct, :func:`.binding.reordered_call`); None where the op names none
+        for them, has parameters, or its peer is not called as torch code calls it."""
+        if self.op.peer_direct is None or params:
+            return None
+        self._functional_peer(params)  # reads whether the peer defaults out to None
+        if not self._peer_out_default:
+            return None
+        try:
+            found = refs.resolve(self.op.peer_direct)(tuple(shapes))
+            if found is None:
+                return None
+            target, order = found
+            return reordered_call(target, order, len(self.op.inputs))
+        except Exception as e:  # a plugin's error: the peer's own call serves, and says nothing wrong
+            log.warning("tkreg.ops.%s: peer_direct failed for shapes %s (%s: %s); the peer is called",
+                        self.op.name, list(shapes), type(e).__name__, e)  # fmt: skip
+            return None
 
     def _functional_peer(self, params: dict[str, Any]) -> Callable[..., Any]:
         """The peer as torch code calls it (``out=None``: it returns its outputs), with nothing of

@@ -89,11 +89,13 @@ class RememberedPlans:
         has_params = bool(self.params.names)
         params = self.params.as_dict(key[-1] if has_params else self.params.defaults)
         plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key, autograd_peer=True)
-        functional = self._functional_peer(params)
+        specs = keys.tensor_specs(key, has_params)
+        shapes = [None if spec == keys.ABSENT else tuple(spec[1]) for spec in specs]
+        functional = self._direct_peer(params, shapes) or self._functional_peer(params)
         if entry["way"] == remembered.FUNCTIONAL:
             self._set_run(plan, functional)
             return plan
-        device = keys.tensor_specs(key, has_params)[0][3]
+        device = specs[0][3]
         try:
             internal = [(i, OutputLayout(tuple(shape), None if stride is None else tuple(stride), getattr(torch, dtype), device))
                         for i, shape, stride, dtype in entry.get("internal", ())]  # fmt: skip

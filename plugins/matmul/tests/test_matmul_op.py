@@ -111,6 +111,24 @@ def test_the_peer_with_a_bias_is_f_linear_into_any_given_output(a_shape):
     assert torch.allclose(op.peer(a, w.t(), wide), torch.nn.functional.linear(a, w, wide))
 
 
+@pytest.mark.parametrize(("shapes", "named"), [
+    (((5, 8), (8, 6), None), True), (((2, 5, 8), (8, 6), None), True), (((3, 5, 8), (3, 8, 6), None), True),
+    (((5, 8), (8, 6), (6,)), True), (((3, 5, 8), (3, 8, 6), (6,)), True),
+    (((2, 5, 8), (8, 6), (6,)), False), (((5, 8), (8, 6), (5, 6)), False),
+])  # fmt: skip
+def test_peer_direct_names_the_call_the_peer_makes(shapes, named):
+    """Where it names a torch call, that call on the inputs in its order is the peer's answer,
+    bit for bit; where the peer reshapes (a bias with A of more than two dims) or broadcasts a
+    bias that is not 1-D, it names none."""
+    g = torch.Generator().manual_seed(2)
+    inputs = [None if s is None else torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes]
+    found = op.peer_direct(shapes)
+    assert (found is not None) == named
+    if named:
+        target, order = found
+        assert torch.equal(target(*(inputs[i] for i in order)), op.peer(*inputs))
+
+
 def test_unknown_variant_names_the_known_ones(matmul_op):
     with pytest.raises(ValueError, match="'weight-bias'"):
         make_inputs(matmul_op, case(M=2, N=2, K=2, variant="weight-biased"), "float16", seed=1, device="cpu")

@@ -142,6 +142,24 @@ def peer(a: Any, b: Any, bias: Any = None, *, out: Any = None) -> Any:
     return rows.view(*a.shape[:-1], b.shape[-1]) if out is None else out
 
 
+def peer_direct(shapes: tuple[tuple[int, ...] | None, ...]) -> tuple[Any, tuple[int, ...]] | None:
+    """The torch call :func:`peer` makes for inputs of these shapes, as (target, input order), so
+    that a plan running the peer makes it with no frame of ``peer``'s own; None where ``peer``
+    reshapes or broadcasts (a bias with A of more than two dims, or a bias not 1-D)."""
+    import torch
+
+    a, b, bias = shapes
+    if bias is None:
+        return torch.matmul, (0, 1)
+    if len(bias) != 1:
+        return None
+    if len(b) == 3:
+        return torch.baddbmm, (2, 0, 1)
+    if len(a) == 2:
+        return torch.addmm, (2, 0, 1)
+    return None
+
+
 def backward(inputs: Any, outputs: Any, grad_outputs: Any, needs_input_grad: Any = (True, True, True)) -> tuple[Any, Any, Any]:
     """C = A B (+ bias): dA = dC B^T and dB = A^T dC, each one more tkreg.ops.matmul (so they run
     on the registered kernels too), and dbias = dC summed over its rows, each only where a gradient

@@ -123,6 +123,7 @@ MATMUL = Op(
     # bias, F.linear's own call (the bias in cuBLAS's epilogue)
     peer="tkreg_matmul.op:peer",
     peer_name="torch.matmul",
+    peer_direct="tkreg_matmul.op:peer_direct",
     autocast="lower",  # as torch.matmul: autocast computes it in the region's lower-precision dtype
     measured="tkreg_matmul:measured",
     tolerance_scale="tkreg_matmul.op:tolerance_scale",

@@ -59,6 +59,13 @@ def replayed_maker() -> Callable[..., Any] | None:
     return getattr(module, "replayed", None) if module is not None else None
 
 
+def reordered_maker() -> Callable[..., Any] | None:
+    """``reordered(target, order) -> call``: ``call(*inputs)`` is ``target(*(inputs[i] for i in
+    order))`` with no Python frame (see reordered_call.cpp); None where the extension is not in use."""
+    module = _load()[0]
+    return getattr(module, "reordered", None) if module is not None else None
+
+
 def status() -> str:
     """Whether the C++ key is in use, and if not, why: a line for ``tkreg doctor``."""
     return _load()[1]

@@ -1,4 +1,4 @@
-// What plan_key.cpp, fast_call.cpp, outputs.cpp, autocast.cpp and replayed_call.cpp share (one extension module, tkreg.ops.native._plan_key).
+// What plan_key.cpp, fast_call.cpp, outputs.cpp, autocast.cpp, replayed_call.cpp and reordered_call.cpp share (one extension module, tkreg.ops.native._plan_key).
 #pragma once
 #include <Python.h>
 
@@ -83,3 +83,9 @@ PyObject* tkreg_make_replayed(PyObject* module, PyObject* args);
 
 // Readies replayed's type; -1 with an exception set where it cannot.
 int tkreg_replayed_ready();
+
+// reordered(target, order) -> builtin: call(*inputs) is target(*(inputs[i] for i in order)) (see reordered_call.cpp).
+PyObject* tkreg_make_reordered(PyObject* module, PyObject* args);
+
+// Readies reordered's type; -1 with an exception set where it cannot.
+int tkreg_reordered_ready();

@@ -208,6 +208,8 @@ PyMethodDef methods[] = {
     {"outputs", tkreg_make_outputs, METH_O, "outputs(layouts) -> allocate(): a plan's new outputs per call (outputs.cpp)"},
     {"replayed", tkreg_make_replayed, METH_VARARGS,
      "replayed(allocate, replay, declined, at, picks) -> builtin: a replayed plan's call (replayed_call.cpp)"},
+    {"reordered", tkreg_make_reordered, METH_VARARGS,
+     "reordered(target, order) -> builtin: target called with the inputs at order's positions (reordered_call.cpp)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plan_key", "tkreg.ops' plan key and planned call, in C++", -1, methods};
@@ -215,7 +217,9 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plan_key", "tkreg.ops' plan key a
 }  // namespace
 
 PyMODINIT_FUNC PyInit__plan_key(void) {
-  if (tkreg_fast_call_ready() < 0 || tkreg_outputs_ready() < 0 || tkreg_replayed_ready() < 0) return nullptr;
+  if (tkreg_fast_call_ready() < 0 || tkreg_outputs_ready() < 0 || tkreg_replayed_ready() < 0 ||
+      tkreg_reordered_ready() < 0)
+    return nullptr;
   PyObject* m = PyModule_Create(&module);
   if (m != nullptr && PyModule_AddStringConstant(m, "torch_version", TKREG_TORCH_VERSION) < 0) {
     Py_DECREF(m);

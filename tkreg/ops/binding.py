@@ -8,6 +8,9 @@ keywords spelled out (the dispatcher makes one per parameter values and shares i
 plans that use them). On the 2-core CPU machine (2026-11-27, a peer that returns at once, best
 of nine x 300,000 calls, with a test run on the other core): 194 ns a call against 429 for the
 partial and 134 for the call written out by hand.
+
+:func:`reordered_call` is a plan's direct call of the torch function a peer would make for its
+signature (``Op.peer_direct``): the inputs reordered, in C++ where the extension is built.
 """
 
 from __future__ import annotations

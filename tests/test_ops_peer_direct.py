@@ -159,3 +159,18 @@ def test_a_reordered_call_passes_the_inputs_at_the_orders_positions(monkeypatch:
         reordered_call(lambda *a: a, (3,), 3)
     with pytest.raises(ValueError, match="order"):
         reordered_call(lambda *a: a, (-1,), 3)
+
+
+@pytest.mark.filterwarnings("ignore::tkreg.ops.PeerFallbackWarning")
+def test_a_remembered_peer_signature_makes_the_direct_call_from_its_first_call(ops: Any) -> None:
+    """A signature an earlier process ran through the peer is planned from its key alone (no
+    tensors): its plan makes the same direct call."""
+    from tkreg.ops import keys, remembered
+
+    x, w, bias = _inputs()
+    dispatcher = tkreg.ops._installed["dispatchers"]["toy_linear"]
+    key = keys.plan_key((x, w, bias), ())
+    plan = dispatcher._recalled_plan(key, {"way": remembered.FUNCTIONAL})
+    assert plan is not None and "reordered" in getattr(plan.returned, "__name__", "")
+    torch.testing.assert_close(plan.returned(x, w, bias), x @ w + bias)
+    assert PEER_CALLS == []

@@ -54,6 +54,10 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, A
         row["pass"] = row["ratio"] >= PICK_WITHIN
         chosen, captured = chosen_labels(op.name, inputs)
         row["chosen"] = chosen
+        # how the plan ran the timed calls (replayed, or why not): a first call cannot say yet
+        launches = ops.explain(op.name, *inputs).partition(" Launches: ")[2]
+        if launches:
+            row["launches"] = launches.split(". ")[0]
         if chosen in others:
             # the choice itself, timed as a caller of it pays (without tkreg.ops' dispatch)
             row["choice_ratio"] = round(others[best] / others[chosen], 4)

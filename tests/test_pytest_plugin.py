@@ -222,3 +222,24 @@ def test_an_autocast_declaration_is_held_against_the_peer(toy: pytest.Pytester, 
                                      "inputs: out is float32 (17, 33), the declared casts give bfloat16 (17, 33); float16 "
                                      "inputs: out is float16 (17, 33), the declared casts give bfloat16 (17, 33); the peer "
                                      "behaves as 'unchanged' does there: declare that"])  # fmt: skip
+
+
+@pytest.mark.parametrize(("named", "outcome"),
+                         [("torch.add, (0, 0)", "passed"), ("torch.neg, (0,)", "failed"), ("None", "skipped")])  # fmt: skip
+def test_a_peer_direct_is_held_against_the_peer(toy: pytest.Pytester, named: str, outcome: str) -> None:
+    """An op that names its peer's torch calls gets one item that makes them and the peer's own
+    call on its default cases: a call that is not the peer's fails, naming the case and shapes;
+    where no case's shapes name a call, the item skips and says so."""
+    declaration = 'tolerances=EXACT, peer=toy_peer, peer_name="2 * x", peer_direct=toy_direct,'
+    direct = f"\n\ndef toy_direct(shapes):\n    import torch\n    return {named}\n"
+    toy.makeconftest(TOY.replace("tolerances=EXACT,", declaration, 1) + TOY_PEER + direct)
+    result = toy.runpytest("--tkreg", "-m", "tkreg_direct", "-v", "-rs")
+    result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines([f"*tkreg/toy_scale::peer_direct[[]default-cases[]] {outcome.upper()}*",
+                                 "*direct (each op's named peer calls against its peer): *"])  # fmt: skip
+    if outcome == "skipped":
+        result.stdout.fnmatch_lines(["*op toy_scale's peer_direct names no call for its default cases' shapes*"])
+    if outcome == "failed":
+        result.stdout.fnmatch_lines(["op 'toy_scale': its peer_direct names a call that is not its peer's:",
+                                     "  case 17x33, fp32, shapes [[](17, 33)[]]: output 0 against the peer's: 561 of 561 "
+                                     "elements mismatch*"])  # fmt: skip

@@ -7,7 +7,9 @@ items check its gradients), ``tkreg/<op>::<kernel>[compile-<arch>-<dtype>-<confi
 kernel alone and after its forward), and ``tkreg/<op>::peer-<name>[bench-...]`` for the library
 peer a benchmark compares with (and for each of the op's rivals), and ``tkreg/<op>::autocast[<device
 type>-bf16]`` for an op's autocast declaration held against its peer on each device type it
-declares one for (tkreg.testing.autocast_check). Parameters show as ``name=value``.
+declares one for (tkreg.testing.autocast_check), and ``tkreg/<op>::peer_direct[default-cases]`` for
+the torch calls an op names for its peer held against the peer (tkreg.testing.direct_check).
+Parameters show as ``name=value``.
 
 Parameters: each value an op's params list for tests is covered once, the others at their
 defaults; ``--tkreg-full`` covers every combination. Benchmarks run the defaults.
@@ -24,7 +26,7 @@ from ..core.interface import format_value
 from ..core.registry import Registry
 from ..core.specs import Case, Kernel, Op, config_id
 
-KINDS = ("correctness", "compile", "bench", "autocast")  # item kinds, each with its marker tkreg_<kind>
+KINDS = ("correctness", "compile", "bench", "autocast", "direct")  # item kinds, each with its marker tkreg_<kind>
 AUTOCAST_DEVICE_TYPES = ("cpu", "cuda")  # the device types an autocast declaration is checked on
 AUTOCAST_REGION_DTYPE = "bfloat16"  # the torch.autocast region's dtype it is checked under
 BENCH_MODES = ("fwd", "bwd", "fwdbwd")  # what a benchmark times: forward, backward, or both in turn
@@ -75,6 +77,8 @@ class ItemSpec:
             parts += ["compile", self.arch or "?"]
         elif self.kind == "autocast":
             parts.append(self.arch or "?")
+        elif self.kind == "direct":
+            return f"{self.name}[default-cases]"
         elif self.kind in ("bench", "peer"):
             parts.append("bench" if self.mode == "fwd" else f"bench-{self.mode}")
         parts.append(dtypes.short(self.dtype))
@@ -105,6 +109,7 @@ def generate(registry: Registry, selection: Selection) -> list[ItemSpec]:
             items.extend(_bench_items(registry, op.name, kernels))
         if kernels and not selection.kernels:  # the op's own items: not asked for by kernel
             items.extend(_autocast_items(op))
+            items.extend(_direct_items(op))
     return items
 
 
@@ -115,6 +120,15 @@ def _autocast_items(op: Op) -> list[ItemSpec]:
         return []
     return [ItemSpec("autocast", op.name, "autocast", AUTOCAST_REGION_DTYPE, arch=device_type)
             for device_type in AUTOCAST_DEVICE_TYPES if op.autocast_policy(device_type) is not None]  # fmt: skip
+
+
+def _direct_items(op: Op) -> list[ItemSpec]:
+    """One where the op names its peer's torch calls (``peer_direct``): each held against the peer
+    on the op's default cases in each of its dtypes, on the GPU where there is one, else the CPU
+    (tkreg.testing.direct_check)."""
+    if op.peer is None or op.peer_direct is None:
+        return []
+    return [ItemSpec("direct", op.name, "peer_direct", op.dtypes[0])]
 
 
 def parameter_sets(op: Op, full: bool) -> list[dict[str, Any]]:

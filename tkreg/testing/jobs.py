@@ -99,6 +99,8 @@ def execute(job: Job, context: Context) -> Outcome:
             return _compile(job, context)
         if job.spec.kind == "autocast":
             return _autocast(job, context)
+        if job.spec.kind == "direct":
+            return _direct(job, context)
         return _bench(job, context)
     except Exception as error:  # the item fails with the exception; the runner decides whether to go on
         fatal = context.gpu and not cuda_usable(error)
@@ -154,6 +156,17 @@ def _autocast(job: Job, context: Context) -> Outcome:
     spec = job.spec
     problem = check(context.registry.op(spec.op), spec.arch or "cpu", job.seed)
     return Outcome("passed") if problem is None else Outcome("failed", problem)
+
+
+def _direct(job: Job, context: Context) -> Outcome:
+    from .direct_check import check
+
+    problem, named = check(context.registry.op(job.spec.op), "cuda" if context.gpu else "cpu", job.seed)
+    if problem is not None:
+        return Outcome("failed", problem)
+    if not named:
+        return Outcome("skipped", f"op {job.spec.op}'s peer_direct names no call for its default cases' shapes")
+    return Outcome("passed")
 
 
 def _compile(job: Job, context: Context) -> Outcome:

@@ -36,6 +36,7 @@ MARKERS = {
     "tkreg_compile": "tkreg: ahead-of-time compile for an architecture, with a check of the generated code",
     "tkreg_bench": "tkreg: device-time benchmark (GPU only), through pytest-benchmark",
     "tkreg_autocast": "tkreg: an op's autocast declaration held against what torch.autocast does to its peer",
+    "tkreg_direct": "tkreg: the torch calls an op names for its peer (peer_direct) held against the peer",
 }
 DEFAULT_TIMEOUT_S = 600.0
 # Device time spent on each benchmark's measured repetitions: at least 20 repetitions (the longest
@@ -43,7 +44,8 @@ DEFAULT_TIMEOUT_S = 600.0
 # 3 minutes. The spread of the repetitions is in pytest-benchmark's statistics.
 DEFAULT_BENCH_MS = 100.0
 SLOWEST_SHOWN = 8  # jobs named in the summary with their run time
-KIND_ORDER = {"correctness": 0, "autocast": 0, "compile": 1, "peer": 2, "bench": 2}  # benchmarks last: they take a GPU alone
+# benchmarks last: they take a GPU alone
+KIND_ORDER = {"correctness": 0, "autocast": 0, "direct": 0, "compile": 1, "peer": 2, "bench": 2}
 
 
 class OpGroup(pytest.Collector):
@@ -385,6 +387,12 @@ def _item_callable(state: Any, spec: Any, clock: Any) -> Callable[..., None]:
             runners.run_autocast(state, spec)
 
         return tkreg_autocast
+    if spec.kind == "direct":
+
+        def tkreg_direct() -> None:
+            runners.run_direct(state, spec)
+
+        return tkreg_direct
 
     def tkreg_bench(benchmark: Any) -> None:
         runners.run_bench(state, spec, benchmark, clock)
@@ -425,6 +433,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         ("correctness", where),
         ("compile", "ahead of time, no GPU needed"),
         ("autocast", "each op's declaration against its peer"),
+        ("direct", "each op's named peer calls against its peer"),
         ("bench", where),
         ("plugin", "plugin loading"),
     ):

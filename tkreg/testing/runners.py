@@ -160,6 +160,8 @@ def skip_reason(session: Session, spec: ItemSpec) -> str | None:
         return "benchmarks need a CUDA GPU; this machine has none (Triton interpreter only)"
     if spec.kind == "peer":
         return None
+    if spec.kind == "direct":  # torch's code on the GPU, else on the CPU
+        return None
     if spec.kind == "autocast":  # the peer's own code: any machine with the device type runs it
         return None if spec.arch != "cuda" or platform.is_gpu else "autocast on CUDA needs a CUDA GPU; this machine has none"
     kernel = session.registry.kernel(spec.name)
@@ -179,6 +181,8 @@ def describe(spec: ItemSpec, seed: int) -> str:
     """The item in words: kernel, case, dtype, config and seed, for failure messages."""
     if spec.kind == "autocast":
         return f"op {spec.op}'s peer under torch.autocast({spec.arch!r}, {spec.dtype}), seed {seed}"
+    if spec.kind == "direct":
+        return f"op {spec.op}'s peer_direct against its peer on its default cases, seed {seed}"
     parts = [f"kernel {spec.name}"]
     if spec.case is not None:
         parts.append(f"case {spec.case.id}")
@@ -220,6 +224,10 @@ def run_correctness(session: Session, spec: ItemSpec) -> None:
 
 
 def run_autocast(session: Session, spec: ItemSpec) -> None:
+    _settle(session, spec)
+
+
+def run_direct(session: Session, spec: ItemSpec) -> None:
     _settle(session, spec)
 
 

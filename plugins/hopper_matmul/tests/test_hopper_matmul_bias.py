@@ -1,8 +1,9 @@
 """The bias (N,) of ``matmul_hopper_ws`` on the CPU: the checks that accept or refuse one (the
 Requirements checker and the launcher's, before any launch), where the launcher sends it (the
 kernel's epilogue, or once to the reduce kernel with split-K), the shape-class cache telling calls
-with and without one apart, GluonLaunch binding it, and the reduce kernel adding it under the
-interpreter. The compiled epilogue itself is checked in test_hopper_matmul_compile.py.
+with and without one apart, and the reduce kernel adding it under the interpreter. GluonLaunch
+binding it is tested with GluonLaunch, in plugins/matmul/tests/test_matmul_gluon_launch.py; the
+compiled epilogue in test_hopper_matmul_compile.py.
 
 Inputs that pass the device check are CPU tensors wrapped in ``OnCuda`` (they report cuda:0), as in
 test_hopper_matmul_inputs.py; the launch itself is replaced where a test goes past the checks.
@@ -10,27 +11,20 @@ test_hopper_matmul_inputs.py; the launch itself is replaced where a test goes pa
 
 from __future__ import annotations
 
-import gc
 import os
 import subprocess
 import sys
-import weakref
 
 import pytest
 import tkreg_hopper_matmul.launch as launch
-import tkreg_matmul.gluon_common as gluon_common
 import torch
 from tkreg_hopper_matmul.launch import matmul_hopper_ws
 from tkreg_hopper_matmul.plugin import KERNEL
 from tkreg_matmul.checks import gluon_matmul_inputs_reasons
-from tkreg_matmul.gluon_common import GluonLaunch
 
-import tkreg.launch.fastlaunch
-import tkreg.launch.tma
 from tkreg import InputError
 from tkreg.core.loading import build_registry
 from tkreg.core.refs import resolve
-from tkreg.launch.fastlaunch import TensorAddress
 from tkreg.testing.fakes import OnDevice as OnCuda
 from tkreg.testing.markers import runs_the_interpreter
 
@@ -148,70 +142,6 @@ def test_the_bias_is_added_once_by_the_epilogue_or_by_the_reduce(monkeypatch, sp
         assert tensors[2].dtype == torch.float16
     # The weight is described as stored, whatever the bias.
     assert tuple(tensors[1].shape) == (256, 1024)
-
-
-# -- GluonLaunch with a plain argument -----------------------------------------------------------
-
-
-class FakeLauncher:
-    made: list[FakeLauncher] = []
-
-    def __init__(self, kernel, **fixed) -> None:
-        self.kernel, self.fixed, self.bound = kernel, fixed, []
-        FakeLauncher.made.append(self)
-
-    def bind(self, *args):
-        launches: list = []
-        self.bound.append((args, launches))
-        return launches.append  # bound(grid) records the grid
-
-
-@pytest.fixture
-def fakes(monkeypatch):
-    FakeLauncher.made = []
-    monkeypatch.setattr(tkreg.launch.fastlaunch, "Launcher", FakeLauncher)
-    monkeypatch.setattr(
-        tkreg.launch.tma, "descriptor", lambda t, block, name, layout, checked=False: ("desc", name, t.data_ptr())
-    )
-    monkeypatch.setattr(gluon_common, "_layout", lambda block, dtype: ("layout", block))
-
-
-BLOCKS = {"a": [128, 64], "b": [64, 256], "c": [128, 256]}
-
-
-def test_gluon_launch_binds_a_bias_by_address_and_keys_on_it(fakes) -> None:
-    gluon = GluonLaunch("kernel")
-    a, b, c = torch.empty(256, 64), torch.empty(64, 512), torch.empty(256, 512)
-    bias = fp16(512)
-    for _ in range(2):
-        gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (bias,))
-    (only,) = FakeLauncher.made
-    ((args, launches),) = only.bound
-    assert launches == [(132,), (132,)]  # bound once, launched twice
-    assert [x[0] for x in args[:3]] == ["desc"] * 3
-    assert type(args[3]) is TensorAddress and args[3].data_ptr() == bias.data_ptr() and args[3].dtype == torch.float16
-    # None (no bias): its own bound launch, passing None (a constexpr to triton).
-    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (None,))
-    assert len(only.bound) == 2 and only.bound[1][0][3] is None
-    # Another bias, or the same memory read as another dtype: each a new bound launch.
-    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (fp16(512),))
-    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (bias.view(torch.bfloat16),))
-    assert len(only.bound) == 4 and only.bound[3][0][3].dtype == torch.bfloat16
-    # No plain arguments (the Blackwell kernel): the three descriptors alone, as before.
-    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v")
-    assert len(only.bound) == 5 and len(only.bound[4][0]) == 3
-    assert len(FakeLauncher.made) == 1  # one compiled variant throughout
-
-
-def test_gluon_launch_keeps_no_bias_alive(fakes) -> None:
-    gluon = GluonLaunch("kernel")
-    a, b, c = torch.empty(8, 8), torch.empty(8, 8), torch.empty(8, 8)
-    bias = fp16(8)
-    alive = weakref.ref(bias)
-    gluon((1,), (a, b, c), BLOCKS, {}, {}, "v", (bias,))
-    del bias
-    gc.collect()
-    assert alive() is None
 
 
 # -- the reduce kernel adds the bias, under the interpreter ----------------------------------------

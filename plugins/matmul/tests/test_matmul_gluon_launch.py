@@ -5,6 +5,9 @@ triton's real launch path in tests/test_fastlaunch.py.)"""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import tkreg_matmul.gluon_common as gluon_common
 import torch
@@ -13,6 +16,7 @@ from tkreg_matmul.layouts import KN, NK
 
 import tkreg.launch.fastlaunch
 import tkreg.launch.tma
+from tkreg.launch.fastlaunch import TensorAddress
 
 
 class FakeLauncher:
@@ -80,3 +84,45 @@ def test_the_bound_launches_are_bounded(fakes) -> None:
     assert len(launch._bound) == 2
     first_key = ("v", *((t.data_ptr(), t.shape, t.stride()) for t in (a, b, outs[0])))
     assert first_key not in launch._bound  # the oldest went first
+
+
+# -- a plain argument (a bias) after the descriptors --------------------------------------------
+
+
+def fp16(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape).half()
+
+
+def test_gluon_launch_binds_a_bias_by_address_and_keys_on_it(fakes) -> None:
+    gluon = GluonLaunch("kernel")
+    a, b, c = torch.empty(256, 64), torch.empty(64, 512), torch.empty(256, 512)
+    bias = fp16(512)
+    for _ in range(2):
+        gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (bias,))
+    (only,) = FakeLauncher.made
+    ((args, launches),) = only.bound
+    assert launches == [(132,), (132,)]  # bound once, launched twice
+    assert [x[0] for x in args[:3]] == ["desc"] * 3
+    assert type(args[3]) is TensorAddress and args[3].data_ptr() == bias.data_ptr() and args[3].dtype == torch.float16
+    # None (no bias): its own bound launch, passing None (a constexpr to triton).
+    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (None,))
+    assert len(only.bound) == 2 and only.bound[1][0][3] is None
+    # Another bias, or the same memory read as another dtype: each a new bound launch.
+    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (fp16(512),))
+    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v", (bias.view(torch.bfloat16),))
+    assert len(only.bound) == 4 and only.bound[3][0][3].dtype == torch.bfloat16
+    # No plain arguments (the Blackwell kernel): the three descriptors alone, as before.
+    gluon((132,), (a, b, c), BLOCKS, {}, {}, "v")
+    assert len(only.bound) == 5 and len(only.bound[4][0]) == 3
+    assert len(FakeLauncher.made) == 1  # one compiled variant throughout
+
+
+def test_gluon_launch_keeps_no_bias_alive(fakes) -> None:
+    gluon = GluonLaunch("kernel")
+    a, b, c = torch.empty(8, 8), torch.empty(8, 8), torch.empty(8, 8)
+    bias = fp16(8)
+    alive = weakref.ref(bias)
+    gluon((1,), (a, b, c), BLOCKS, {}, {}, "v", (bias,))
+    del bias
+    gc.collect()
+    assert alive() is None

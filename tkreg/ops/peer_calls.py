@@ -170,14 +170,23 @@ class PeerCalls:
         self._set_run(plan, with_internal, returned_only)
         self._note_partial(plan)
 
+    def _peer_defaults_out(self) -> bool:
+        """Whether the peer's ``out`` defaults to None (read once from its signature; a builtin
+        without one is taken to, as torch's functions do)."""
+        if self._peer_out_default is None:
+            try:
+                out = inspect.signature(refs.resolve(self.op.peer)).parameters.get("out")
+                self._peer_out_default = (out is not None and out.default is None
+                                          and out.kind is not inspect.Parameter.VAR_KEYWORD)  # fmt: skip
+            except (TypeError, ValueError):  # a builtin without a signature
+                self._peer_out_default = True
+        return self._peer_out_default
+
     def _direct_peer(self, params: dict[str, Any], shapes: Sequence[tuple[int, ...] | None]) -> Callable[..., Any] | None:
         """The one torch call the peer makes for inputs of these shapes, made with no frame of the
         peer's own (Op.peer_direct, :func:`.binding.reordered_call`); None where the op names none
         for them, has parameters, or its peer is not called as torch code calls it."""
-        if self.op.peer_direct is None or params:
-            return None
-        self._functional_peer(params)  # reads whether the peer defaults out to None
-        if not self._peer_out_default:
+        if self.op.peer_direct is None or params or not self._peer_defaults_out():
             return None
         try:
             found = refs.resolve(self.op.peer_direct)(tuple(shapes))
@@ -199,14 +208,7 @@ class PeerCalls:
         peer there is) is taken to default ``out`` to None, as torch's functions do; one that
         does not fails its first call here, and the plan then gives it outputs (``outputs_given``)."""
         peer = refs.resolve(self.op.peer)
-        if self._peer_out_default is None:
-            try:
-                out = inspect.signature(peer).parameters.get("out")
-                self._peer_out_default = (out is not None and out.default is None
-                                          and out.kind is not inspect.Parameter.VAR_KEYWORD)  # fmt: skip
-            except (TypeError, ValueError):  # a builtin without a signature
-                self._peer_out_default = True
-        if not params and self._peer_out_default:
+        if not params and self._peer_defaults_out():
             return peer
         # plans with the same parameter values share one bound call (each is a compiled function)
         key: tuple[Any, ...] | None = tuple((name, type(value), value) for name, value in params.items())

@@ -65,25 +65,26 @@ def test_another_call_compares_unequal_and_a_module_without_one_gives_nothing() 
 
 
 def test_a_warm_call_after_the_same_work_is_timed_right_after_the_other_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The comparison for a first call: each side timed right after ten of the other's calls, a
-    call costing more right after the other's (as a host's cold caches make it)."""
+    """The comparison for a first call: the median of three calls, each right after ten of the
+    calls the first call came after, a call costing more right after another's (as a host's cold
+    caches make it)."""
     import torch
 
     clock, log = [0.0], []
+    costs = iter([90.0, 70.0, 80.0])  # the timed call's three rounds, each after the other's calls
 
-    def called(name: str, cold_us: float, warm_us: float) -> Callable[[], None]:
+    def called(name: str) -> Callable[[], None]:
         def call() -> None:
-            clock[0] += (cold_us if log and log[-1] != name else warm_us) * 1e-6
+            switched = log and log[-1] != name
+            clock[0] += (next(costs) if switched and name == "tkreg" else 20.0) * 1e-6
             log.append(name)
 
         return call
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(cold.time, "perf_counter", lambda: clock[0])
-    after_peer, after_tkreg = cold._after_each_other(called("tkreg", 90.0, 30.0), called("peer", 50.0, 20.0))
-    assert after_peer == pytest.approx(90.0) and after_tkreg == pytest.approx(50.0)
-    one_round = ["tkreg"] * 10 + ["peer"] * 11 + ["tkreg"]
-    assert log == one_round * 3
+    assert cold._timed_after(called("tkreg"), called("previous")) == pytest.approx(80.0)
+    assert log == (["previous"] * 10 + ["tkreg"]) * 3
 
 
 def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
@@ -93,7 +94,7 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
         {"check": "pick", "ratio": 1.0, "pass": True, "choice_pass": True, "graph_ratio": 0.9, "graph_pass": False},
         {"check": "pick", "ratio": 0.81, "pass": False, "choice_pass": True},
         {"check": "cold", "warmed": False, "first_us": 30.0, "warm_us": 10.0, "timing_calls": 0, "preload": {"signatures": 2},
-         "warm_after_peer_us": 20.0, "torch_first_us": 15.0, "torch_warm_us": 10.0},
+         "warm_after_same_work_us": 20.0, "torch_first_us": 15.0, "torch_warm_us": 10.0},
         {"check": "cold", "warmed": False, "first_us": 12.0, "warm_us": 10.0, "timing_calls": 1, "warm_over_2x": 1,
          "warm_calls": 10},
         {"check": "cold", "warmed": True, "first_us": 11.0, "warm_us": 10.0, "timing_calls": 0},
@@ -108,3 +109,47 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
     assert (got["cold_warmed_calls"], got["cold_warmed_within_2x"]) == (1, 1) and "cold_warmed_preload" not in got
     assert (got["cold_warm_samples_over_2x"], got["cold_warm_samples"]) == (1, 10) and "cold_warmed_warm_samples" not in got
     assert picks.summary([])["pick_share"] is None and cold.summary([]) == {}
+
+
+def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's own first calls come in a pass of their own, so each tkreg first call follows the
+    previous shape's warm calls, not torch's first call of its own shape; each same-work call
+    follows the calls its first call followed."""
+    import json
+
+    made: list[str] = []
+
+    def first_and_warm(call: Callable[[], object]) -> tuple[float, float, int]:
+        made.append(getattr(call, "side", "tkreg"))
+        return 30.0, 10.0, 0
+
+    def peer_call(op: object, inputs: object, out: object) -> Callable[[], None]:
+        def call() -> None:
+            pass
+
+        call.side = "peer"  # type: ignore[attr-defined]
+        return call
+
+    after: list[tuple[str, str]] = []
+
+    def timed_after(timed: Callable[[], object], before: Callable[[], object]) -> float:
+        after.append((getattr(timed, "side", "tkreg"), getattr(before, "side", "tkreg")))
+        return 20.0
+
+    monkeypatch.setattr(cold, "_first_and_warm", first_and_warm)
+    monkeypatch.setattr(cold, "peer_call", peer_call)
+    monkeypatch.setattr(cold, "_timed_after", timed_after)
+    monkeypatch.setattr(cold, "make_inputs", lambda registry, sig, seed: ())
+    monkeypatch.setattr(cold, "_source", lambda op, inputs: "from the tuning cache")
+    monkeypatch.setattr(cold, "chosen_labels", lambda op, inputs: ["peer"])
+    from tkreg.ops import tuning
+
+    monkeypatch.setattr(tuning, "measure", tuning.measure)  # cold_calls counts through it: restored after
+    payload = json.dumps([["add", [["M", 4], ["N", 4]], "float32", ""], ["add", [["M", 8], ["N", 8]], "float32", ""],
+                          ["sum_row", [["M", 4], ["N", 4]], "float32", ""]])  # fmt: skip
+    rows = cold.cold_calls(payload)
+    assert made == ["peer"] * 3 + ["tkreg"] * 3
+    assert after == [("tkreg", "tkreg"), ("peer", "peer")] * 2  # the second and third shapes: after the one before
+    assert [r["shape"] for r in rows] == ["4x4", "8x8", "4x4"] and all(r["peers_first"] for r in rows)
+    assert "warm_after_same_work_us" not in rows[0] and rows[1]["warm_after_same_work_us"] == 20.0
+    assert rows[2]["torch_warm_after_same_work_us"] == 20.0 and rows[0]["first_us"] == 30.0

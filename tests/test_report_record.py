@@ -273,6 +273,16 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in text
     assert "after tkreg.ops.warm() (installing tkreg.ops took 2.5 s; tkreg.ops.warm() took 1.25 s): 0 timing calls" in text
     assert "Replayed from CUDA graphs" not in dispatch_table(dispatch)  # older records replayed nothing
+    for row, (tkreg_after, torch_after) in zip(dispatch["rows"], after):  # the order records make now
+        del row["warm_after_peer_us"], row["torch_warm_after_tkreg_us"]
+        row.update(peers_first=True, warm_after_same_work_us=tkreg_after, torch_warm_after_same_work_us=torch_after)
+    text = dispatch_table(dispatch)
+    assert f"1 shapes a kernel runs: first call 150.0x a warm call (median; 150x to 150x; within 2x on 0; {same_work})" in text
+    assert "The peer's own first call of every shape came first, in a pass of its own" in text
+    assert "within 2x on 1 of 2; within 2x of a warm call made after the same work on 2 of 2)" in text
+    assert "right after ten of the previous shape's calls, as each first call came right after" in text
+    assert "Each tkreg first call came after the peer's own" not in text and "ten of the peer's calls" not in text
+
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,
                          "graph_ratio": min(v for k, v in us.items() if k != "tkreg.ops") / us["tkreg.ops"], "graph_pass": True}

@@ -503,26 +503,32 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
         setup_said = "; ".join(part for part in setup if part)
         how = _cold_process(warmed) + (f" ({setup_said})" if setup_said else "")
         said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
+    peers_first = all(r.get("peers_first") for r in cold)  # older records made each peer's first call just before tkreg's
     torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
                           if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
     if torch_ratios:
         within = sum(x <= 2.0 for x in torch_ratios)
-        torch_after = [r["torch_first_us"] / r["torch_warm_after_tkreg_us"] for r in cold if not r.get("warmed")
-                       and _is_number(r.get("torch_first_us")) and r.get("torch_warm_after_tkreg_us")]  # fmt: skip
-        after = (f"; within 2x of a warm call made after tkreg.ops' calls on {sum(x <= 2.0 for x in torch_after)} of "
+        torch_after = [r["torch_first_us"] / _after_work(r, "torch_") for r in cold if not r.get("warmed")
+                       and _is_number(r.get("torch_first_us")) and _after_work(r, "torch_")]  # fmt: skip
+        work = "the same work" if peers_first else "tkreg.ops' calls"
+        after = (f"; within 2x of a warm call made after {work} on {sum(x <= 2.0 for x in torch_after)} of "
                  f"{len(torch_after)}" if torch_after else "")  # fmt: skip
-        said.append(f"Each tkreg first call came after the peer's own first call of the shape, which took "
-                    f"{_median(torch_ratios):.1f}x its warm call (median; {_spread(torch_ratios)}; within 2x on {within} "
-                    f"of {len(torch_ratios)}{after}).")  # fmt: skip
+        when = ("The peer's own first call of every shape came first, in a pass of its own (torch's first-call work "
+                "paid apart from tkreg's); it" if peers_first else
+                "Each tkreg first call came after the peer's own first call of the shape, which")  # fmt: skip
+        said.append(f"{when} took {_median(torch_ratios):.1f}x its warm call (median; {_spread(torch_ratios)}; within "
+                    f"2x on {within} of {len(torch_ratios)}{after}).")  # fmt: skip
     spread = [r for r in cold if _is_number(r.get("warm_over_2x")) and _is_number(r.get("warm_calls"))]
     if spread:  # the base rate of a one-sample miss (.bench.dispatch.cold._first_and_warm)
         said.append(f"A first call is one sample: of the warm calls behind the medians, each also one sample, "
                     f"{sum(r['warm_over_2x'] for r in spread)} of {sum(r['warm_calls'] for r in spread)} took over "
                     f"twice their shape's median.")  # fmt: skip
-    if any(r.get("warm_after_peer_us") for r in cold):
+    if any(_after_work(r) for r in cold):
+        work = ("ten of the previous shape's calls, as each first call came right after the previous shape's warm calls"
+                if peers_first else "ten of the peer's calls, as the first call was")  # fmt: skip
         said.append("A call made right after other work costs more than one of a run of calls (the host's caches "
                     "and clock), so each first call is also compared with a warm call made after the same work: "
-                    "right after ten of the peer's calls, as the first call was (median of three).")  # fmt: skip
+                    f"right after {work} (median of three).")  # fmt: skip
     return " ".join(said)
 
 
@@ -555,8 +561,17 @@ def _preloaded(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _after_same_work(group: Sequence[Mapping[str, Any]]) -> str:
     """How many first calls of ``group`` are within 2x of a warm call made after the same work."""
-    after = [r["first_us"] / r["warm_after_peer_us"] for r in group if r.get("warm_after_peer_us")]
+    after = [r["first_us"] / _after_work(r) for r in group if _after_work(r)]
     return f"; within 2x of a warm call after the same work on {sum(x <= 2.0 for x in after)} of {len(after)}" if after else ""
+
+
+def _after_work(row: Mapping[str, Any], prefix: str = "") -> float | None:
+    """A cold row's warm call made after the same work as its first call (us), under the name its
+    record gives it: after the previous shape's calls, or in older records after the peer's (or,
+    for torch's own, after tkreg's)."""
+    older = "torch_warm_after_tkreg_us" if prefix else "warm_after_peer_us"
+    got = row.get(f"{prefix}warm_after_same_work_us", row.get(older))
+    return got if _is_number(got) and got else None
 
 
 def linear_ops(document: Mapping[str, Any]) -> set[str]:

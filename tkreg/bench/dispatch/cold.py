@@ -52,10 +52,15 @@ def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict
 
 def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     """In a new process: each signature's first call and a warm call (each synchronized), and how
-    many times tuning timed anything. Before tkreg's, the peer's own first and warm calls of the
-    signature: what torch itself pays the first time it sees a shape (cuBLAS picks its algorithm,
-    a kernel loads) is then paid, and measured, apart from tkreg's own first-call work. With
-    ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row, apart from installing
+    many times tuning timed anything. First, in a pass of its own, the peer's own first and warm
+    calls of every signature: what torch itself pays the first time it sees a shape (cuBLAS picks
+    its algorithm, a kernel loads) is then paid, and measured, apart from tkreg's own first-call
+    work. Then tkreg's, each first call right after the previous signature's warm calls, as a
+    model's calls follow each other; not right after torch's first call of the same shape, whose
+    milliseconds of loading leave the host slow for whatever is called next (a probe on an H200,
+    2026-12-02: a warm torch.add of 8 elements took 2-3x its time in a run of calls right after
+    torch's first call of a matmul or a row sum, and tkreg's first call after it was no faster).
+    With ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row, apart from installing
     tkreg.ops, ``install_s``); without, the first row says what the process's first call
     preloaded."""
     from ... import ops
@@ -81,19 +86,24 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
         started = time.perf_counter()
         warmed_counts = ops.warm()
         warm_s = round(time.perf_counter() - started, 3)
-    rows = []
-    for op_name, dims, dtype, variant in signatures:
+    rows, calls, peers = [], [], []
+    for op_name, dims, dtype, variant in signatures:  # torch's own first calls, every shape's
         sig = Signature.of(op_name, dict(dims), dtype, variant)
         inputs = make_inputs(registry, sig, seed=2)
         op = registry.op(op_name)
         row: dict[str, Any] = {"check": "cold", "warmed": warmed, "op": op_name, "shape": sig.shape, "dtype": dtype,
-                               "variant": variant, "install_s": install_s}  # fmt: skip
+                               "variant": variant, "install_s": install_s, "peers_first": True}  # fmt: skip
         if warm_s is not None:
             row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
         peer = peer_call(op, inputs, None)  # as torch code calls it
         if peer is not None:
             first, warm, _ = _first_and_warm(peer)
             row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
+        rows.append(row)
+        calls.append((op_name, inputs))
+        peers.append(peer)
+    tkreg_calls = []
+    for row, (op_name, inputs) in zip(rows, calls):  # then tkreg's, one shape after another
         call = functools.partial(ops.get(op_name), *inputs)
         plans = ops._installed["dispatchers"][op_name]._plans
         before, planned_before = counted["n"], len(plans)
@@ -102,10 +112,12 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
                    timing_calls=counted["n"] - before,
                    source=_source(op_name, inputs), runs=chosen_labels(op_name, inputs)[0],
                    planned=len(plans) > planned_before)  # fmt: skip
-        if peer is not None:
-            after_peer, after_tkreg = _after_each_other(call, peer)
-            row.update(warm_after_peer_us=round(after_peer, 1), torch_warm_after_tkreg_us=round(after_tkreg, 1))
-        rows.append(row)
+        tkreg_calls.append(call)
+    for i, row in enumerate(rows):  # warm calls made after the work each first call came after
+        if i:
+            row["warm_after_same_work_us"] = round(_timed_after(tkreg_calls[i], tkreg_calls[i - 1]), 1)
+            if peers[i] is not None and peers[i - 1] is not None:
+                row["torch_warm_after_same_work_us"] = round(_timed_after(peers[i], peers[i - 1]), 1)
     if rows and not warmed:
         from ...ops import warming
 
@@ -113,30 +125,24 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
-def _after_each_other(call: Callable[[], Any], peer: Callable[[], Any], rounds: int = 3) -> tuple[float, float]:
-    """Warm calls made after the same work as the first calls: tkreg's first call came right after
-    the peer's calls, and a call made after other work pays for the host's caches and clock (a
-    probe read a warm call at 2-3x its back-to-back time right after the peer's calls, on an H100).
-    Medians over ``rounds`` (us) of one synchronized call each: ``call`` right after ten of
-    ``peer``'s, and ``peer`` right after ten of ``call``'s."""
-    after_peer, after_call = [], []
-    for _ in range(rounds):
-        after_call.append(_timed_after(peer, call))
-        after_peer.append(_timed_after(call, peer))
-    return statistics.median(after_peer), statistics.median(after_call)
-
-
-def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_before: int = 10) -> float:
-    """One synchronized call of ``timed`` (us), right after ``calls_before`` calls of ``before``."""
+def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_before: int = 10, rounds: int = 3) -> float:
+    """A warm call made after the same work as a first call: a call made right after other work
+    costs more than one of a run of calls (the host's caches and clock; a probe read a warm call
+    at 2-3x its back-to-back time right after other calls, on an H100). The median over
+    ``rounds`` (us) of one synchronized call of ``timed``, right after ``calls_before`` of
+    ``before``'s, as each first call came right after the previous shape's warm calls."""
     import torch
 
-    for _ in range(calls_before):
-        before()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    timed()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e6
+    times = []
+    for _ in range(rounds):
+        for _ in range(calls_before):
+            before()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        timed()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
 
 
 def _first_and_warm(call: Callable[[], Any], warm_calls: int = WARM_CALLS) -> tuple[float, float, int]:
@@ -189,18 +195,18 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             preloaded = [r["preload"] for r in cold if r.get("preload")]
             if preloaded:  # what the process's first call loaded ahead (tkreg.ops.warming.preload)
                 got[f"{prefix}_preload"] = preloaded[0]
-            # the same test of torch's own first call of each shape, just before tkreg's
+            # the same test of torch's own first call of each shape, in the pass before tkreg's
             peer_ratios = [r["torch_first_us"] / r["torch_warm_us"] for r in cold if r.get("torch_warm_us")]
             if peer_ratios:
                 got[f"{prefix}_torch_within_2x"] = sum(x <= 2.0 for x in peer_ratios)
                 got[f"{prefix}_torch_calls"] = len(peer_ratios)
-            # against a warm call made after the same work as the first call (see _after_each_other)
-            after = [r["first_us"] / r["warm_after_peer_us"] for r in cold if r.get("warm_after_peer_us")]
+            # against a warm call made after the same work as the first call (see _timed_after)
+            after = [r["first_us"] / r["warm_after_same_work_us"] for r in cold if r.get("warm_after_same_work_us")]
             if after:
                 got[f"{prefix}_within_2x_after_same_work"] = sum(x <= 2.0 for x in after)
                 got[f"{prefix}_calls_after_same_work"] = len(after)
-            torch_after = [r["torch_first_us"] / r["torch_warm_after_tkreg_us"] for r in cold
-                           if r.get("torch_warm_after_tkreg_us")]  # fmt: skip
+            torch_after = [r["torch_first_us"] / r["torch_warm_after_same_work_us"] for r in cold
+                           if r.get("torch_warm_after_same_work_us")]  # fmt: skip
             if torch_after:
                 got[f"{prefix}_torch_within_2x_after_same_work"] = sum(x <= 2.0 for x in torch_after)
     return got

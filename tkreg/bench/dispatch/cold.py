@@ -56,7 +56,7 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     calls of every signature: what torch itself pays the first time it sees a shape (cuBLAS picks
     its algorithm, a kernel loads) is then paid, and measured, apart from tkreg's own first-call
     work. Then tkreg's, each first call right after the previous signature's warm calls, as a
-    model's calls follow each other; not right after torch's first call of the same shape, whose
+    model's calls follow each other (what explain says of each is asked after all of them); not right after torch's first call of the same shape, whose
     milliseconds of loading leave the host slow for whatever is called next (a probe on an H200,
     2026-12-02: a warm torch.add of 8 elements took 2-3x its time in a run of calls right after
     torch's first call of a matmul or a row sum, and tkreg's first call after it was no faster).
@@ -109,15 +109,15 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
         before, planned_before = counted["n"], len(plans)
         first, warm, spread = _first_and_warm(call)
         row.update(first_us=round(first, 1), warm_us=round(warm, 1), warm_over_2x=spread, warm_calls=WARM_CALLS,
-                   timing_calls=counted["n"] - before,
-                   source=_source(op_name, inputs), runs=chosen_labels(op_name, inputs)[0],
-                   planned=len(plans) > planned_before)  # fmt: skip
+                   timing_calls=counted["n"] - before, planned=len(plans) > planned_before)  # fmt: skip
         tkreg_calls.append(call)
     for i, row in enumerate(rows):  # warm calls made after the work each first call came after
         if i:
             row["warm_after_same_work_us"] = round(_timed_after(tkreg_calls[i], tkreg_calls[i - 1]), 1)
             if peers[i] is not None and peers[i - 1] is not None:
                 row["torch_warm_after_same_work_us"] = round(_timed_after(peers[i], peers[i - 1]), 1)
+    for row, (op_name, inputs) in zip(rows, calls):  # explain's work last: none of it between timed calls
+        row.update(source=_source(op_name, inputs), runs=chosen_labels(op_name, inputs)[0])
     if rows and not warmed:
         from ...ops import warming
 

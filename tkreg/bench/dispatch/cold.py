@@ -56,10 +56,12 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     calls of every signature: what torch itself pays the first time it sees a shape (cuBLAS picks
     its algorithm, a kernel loads) is then paid, and measured, apart from tkreg's own first-call
     work. Then tkreg's, each first call right after the previous signature's warm calls, as a
-    model's calls follow each other (what explain says of each is asked after all of them); not right after torch's first call of the same shape, whose
-    milliseconds of loading leave the host slow for whatever is called next (a probe on an H200,
-    2026-12-02: a warm torch.add of 8 elements took 2-3x its time in a run of calls right after
-    torch's first call of a matmul or a row sum, and tkreg's first call after it was no faster).
+    model's calls follow each other, and not right after torch's first call of the same shape,
+    whose milliseconds of loading leave the host slow for whatever is called next (a probe on an
+    H200, 2026-12-02: a warm torch.add of 8 elements took 2-3x its time in a run of calls right
+    after torch's first call of a matmul or a row sum, and tkreg's first call after it was no
+    faster). What explain says of each is asked after all the timed calls: its work between two
+    shapes' calls slowed the next first call more than torch's first call had.
     With ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row, apart from installing
     tkreg.ops, ``install_s``); without, the first row says what the process's first call
     preloaded."""

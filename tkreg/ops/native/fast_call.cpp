@@ -347,13 +347,10 @@ PyObject* fast_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, Py
 }  // namespace
 
 int tkreg_fast_call_ready() {
-  FastCallType.tp_basicsize = sizeof(FastCall);
-  FastCallType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
-  FastCallType.tp_doc = "the state of one tkreg.ops.<op> builtin (fast_call.cpp)";
-  FastCallType.tp_dealloc = dealloc;
-  FastCallType.tp_traverse = traverse;
-  FastCallType.tp_clear = clear;
-  if (PyType_Ready(&FastCallType) < 0) return -1;
+  if (tkreg_ready_state_type(FastCallType, sizeof(FastCall), "the state of one tkreg.ops.<op> builtin (fast_call.cpp)",
+                             dealloc, traverse, clear) < 0) {
+    return -1;
+  }
   returned_attr = PyUnicode_InternFromString("returned");
   gradient_attr = PyUnicode_InternFromString("gradient_call");
   return returned_attr != nullptr && gradient_attr != nullptr ? 0 : -1;

@@ -66,6 +66,35 @@ struct TkregOwned {
 // declares nothing there, a cast that failed), with no exception set (see autocast.cpp).
 bool tkreg_autocast_inputs(const int policies[2], PyObject* const* args, Py_ssize_t nargs, std::vector<PyObject*>& into);
 
+// Readies the type of a builtin's state that holds Python objects (fast_call, replayed_call,
+// reordered_call): GC-tracked, with these slots; -1 with an exception set where it cannot.
+inline int tkreg_ready_state_type(PyTypeObject& type, Py_ssize_t size, const char* doc, destructor dealloc,
+                                  traverseproc traverse, inquiry clear) {
+  type.tp_basicsize = size;
+  type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+  type.tp_doc = doc;
+  type.tp_dealloc = dealloc;
+  type.tp_traverse = traverse;
+  type.tp_clear = clear;
+  return PyType_Ready(&type);
+}
+
+// The dealloc of such a state whose ``Clear`` drops everything it holds.
+template <inquiry Clear>
+void tkreg_state_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  Clear(self);
+  PyObject_GC_Del(self);
+}
+
+// A builtin bound to ``state``, whose method definition ``def`` lives in the state: the builtin
+// keeps the state alive as its __self__, and the caller's reference to it is handed over.
+inline PyObject* tkreg_builtin_of(PyObject* state, PyMethodDef* def, PyObject* module = nullptr) {
+  PyObject* builtin = PyCFunction_NewEx(def, state, module);
+  Py_DECREF(state);
+  return builtin;
+}
+
 // fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast) -> builtin (see fast_call.cpp).
 PyObject* tkreg_make_fast_call(PyObject* module, PyObject* args);
 

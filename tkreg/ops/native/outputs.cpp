@@ -104,9 +104,6 @@ PyObject* tkreg_make_outputs(PyObject* /*module*/, PyObject* layouts) {
     return nullptr;
   }
   self->layouts = made;
-  // The method definition lives in the state, which the builtin keeps alive as its __self__.
   self->def = {"allocate", allocate, METH_NOARGS, "allocate() -> tuple: new, unwritten outputs of the plan's layouts"};
-  PyObject* builtin = PyCFunction_NewEx(&self->def, reinterpret_cast<PyObject*>(self), nullptr);
-  Py_DECREF(self);
-  return builtin;
+  return tkreg_builtin_of(reinterpret_cast<PyObject*>(self), &self->def);
 }

@@ -35,12 +35,6 @@ int clear(PyObject* self_obj) {
   return 0;
 }
 
-void dealloc(PyObject* self_obj) {
-  PyObject_GC_UnTrack(self_obj);
-  clear(self_obj);
-  PyObject_GC_Del(self_obj);
-}
-
 PyTypeObject ReorderedType = {PyVarObject_HEAD_INIT(nullptr, 0) "tkreg.ops.native.ReorderedState"};
 
 PyObject* call(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargs) {
@@ -60,13 +54,8 @@ PyObject* call(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargs) {
 }  // namespace
 
 int tkreg_reordered_ready() {
-  ReorderedType.tp_basicsize = sizeof(Reordered);
-  ReorderedType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
-  ReorderedType.tp_doc = "the state of one reordered call (reordered_call.cpp)";
-  ReorderedType.tp_dealloc = dealloc;
-  ReorderedType.tp_traverse = traverse;
-  ReorderedType.tp_clear = clear;
-  return PyType_Ready(&ReorderedType);
+  return tkreg_ready_state_type(ReorderedType, sizeof(Reordered), "the state of one reordered call (reordered_call.cpp)",
+                                tkreg_state_dealloc<clear>, traverse, clear);
 }
 
 PyObject* tkreg_make_reordered(PyObject* /*module*/, PyObject* args) {
@@ -93,10 +82,7 @@ PyObject* tkreg_make_reordered(PyObject* /*module*/, PyObject* args) {
   self->count = count;
   for (Py_ssize_t i = 0; i < count; ++i) self->order[i] = indices[i];
   PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
-  // The method definition lives in the state, which the builtin keeps alive as its __self__.
   self->def = {"reordered", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
                "reordered(*inputs): the target called with the inputs at the order's positions (reordered_call.cpp)"};
-  PyObject* builtin = PyCFunction_NewEx(&self->def, reinterpret_cast<PyObject*>(self), nullptr);
-  Py_DECREF(self);
-  return builtin;
+  return tkreg_builtin_of(reinterpret_cast<PyObject*>(self), &self->def);
 }

@@ -46,12 +46,6 @@ int clear(PyObject* self_obj) {
   return 0;
 }
 
-void dealloc(PyObject* self_obj) {
-  PyObject_GC_UnTrack(self_obj);
-  clear(self_obj);
-  PyObject_GC_Del(self_obj);
-}
-
 PyTypeObject ReplayedType = {PyVarObject_HEAD_INIT(nullptr, 0) "tkreg.ops.native.ReplayedState"};
 
 PyObject* call(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargs) {
@@ -89,13 +83,8 @@ PyObject* call(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargs) {
 }  // namespace
 
 int tkreg_replayed_ready() {
-  ReplayedType.tp_basicsize = sizeof(Replayed);
-  ReplayedType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
-  ReplayedType.tp_doc = "the state of one replayed plan's call (replayed_call.cpp)";
-  ReplayedType.tp_dealloc = dealloc;
-  ReplayedType.tp_traverse = traverse;
-  ReplayedType.tp_clear = clear;
-  return PyType_Ready(&ReplayedType);
+  return tkreg_ready_state_type(ReplayedType, sizeof(Replayed), "the state of one replayed plan's call (replayed_call.cpp)",
+                                tkreg_state_dealloc<clear>, traverse, clear);
 }
 
 PyObject* tkreg_make_replayed(PyObject* /*module*/, PyObject* args) {
@@ -115,11 +104,8 @@ PyObject* tkreg_make_replayed(PyObject* /*module*/, PyObject* args) {
   self->at = at;
   self->picks = picks != 0;
   PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
-  // The method definition lives in the state, which the builtin keeps alive as its __self__.
   self->def = {"replayed", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
                "replayed(*inputs): new outputs, the recorded launches replayed into them, the caller's output "
                "(replayed_call.cpp)"};
-  PyObject* builtin = PyCFunction_NewEx(&self->def, reinterpret_cast<PyObject*>(self), nullptr);
-  Py_DECREF(self);
-  return builtin;
+  return tkreg_builtin_of(reinterpret_cast<PyObject*>(self), &self->def);
 }

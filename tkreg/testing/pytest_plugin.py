@@ -375,24 +375,13 @@ def _item_callable(state: Any, spec: Any, clock: Any) -> Callable[..., None]:
             runners.run_correctness(state, spec)
 
         return tkreg_correctness
-    if spec.kind == "compile":
+    if spec.kind in runners.SETTLED_KINDS:
 
-        def tkreg_compile() -> None:
-            runners.run_compile(state, spec)
+        def settled() -> None:
+            runners.run_settled(state, spec)
 
-        return tkreg_compile
-    if spec.kind == "autocast":
-
-        def tkreg_autocast() -> None:
-            runners.run_autocast(state, spec)
-
-        return tkreg_autocast
-    if spec.kind == "direct":
-
-        def tkreg_direct() -> None:
-            runners.run_direct(state, spec)
-
-        return tkreg_direct
+        settled.__name__ = settled.__qualname__ = f"tkreg_{spec.kind}"  # tkreg_compile, tkreg_autocast, ...
+        return settled
 
     def tkreg_bench(benchmark: Any) -> None:
         runners.run_bench(state, spec, benchmark, clock)

@@ -223,15 +223,12 @@ def run_correctness(session: Session, spec: ItemSpec) -> None:
     _settle(session, spec)
 
 
-def run_autocast(session: Session, spec: ItemSpec) -> None:
-    _settle(session, spec)
+# Item kinds whose job's outcome is the whole item: it passes, fails or skips as its job did.
+SETTLED_KINDS = ("compile", "autocast", "direct")
 
 
-def run_direct(session: Session, spec: ItemSpec) -> None:
-    _settle(session, spec)
-
-
-def run_compile(session: Session, spec: ItemSpec) -> None:
+def run_settled(session: Session, spec: ItemSpec) -> None:
+    """An item of SETTLED_KINDS: a compile check, an autocast or a peer_direct check."""
     _settle(session, spec)
 
 

@@ -94,9 +94,10 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
         {"check": "pick", "ratio": 1.0, "pass": True, "choice_pass": True, "graph_ratio": 0.9, "graph_pass": False},
         {"check": "pick", "ratio": 0.81, "pass": False, "choice_pass": True},
         {"check": "cold", "warmed": False, "first_us": 30.0, "warm_us": 10.0, "timing_calls": 0, "preload": {"signatures": 2},
-         "warm_after_same_work_us": 20.0, "torch_first_us": 15.0, "torch_warm_us": 10.0},
+         "warm_after_same_work_us": 20.0, "torch_first_us": 15.0, "torch_warm_us": 10.0, "torch_at_same_point_us": 25.0,
+         "device_allocs": 0},
         {"check": "cold", "warmed": False, "first_us": 12.0, "warm_us": 10.0, "timing_calls": 1, "warm_over_2x": 1,
-         "warm_calls": 10},
+         "warm_calls": 10, "torch_first_us": 25.0, "torch_warm_us": 10.0, "torch_at_same_point_us": 18.0, "device_allocs": 2},
         {"check": "cold", "warmed": True, "first_us": 11.0, "warm_us": 10.0, "timing_calls": 0},
     ]  # fmt: skip
     got = picks.summary(rows)
@@ -108,6 +109,10 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
     assert got["cold_preload"] == {"signatures": 2} and got["cold_first_over_warm_median"] == 2.1
     assert (got["cold_warmed_calls"], got["cold_warmed_within_2x"]) == (1, 1) and "cold_warmed_preload" not in got
     assert (got["cold_warm_samples_over_2x"], got["cold_warm_samples"]) == (1, 10) and "cold_warmed_warm_samples" not in got
+    # torch's own call at the same point: over 2x its warm call on the one shape whose first call missed
+    assert (got["cold_torch_at_same_point_calls"], got["cold_torch_at_same_point_within_2x"]) == (2, 1)
+    assert (got["cold_misses_at_same_point"], got["cold_misses_torch_also_over_2x"]) == (1, 1)
+    assert got["cold_first_calls_allocating"] == 1 and "cold_warmed_torch_at_same_point_calls" not in got
     assert picks.summary([])["pick_share"] is None and cold.summary([]) == {}
 
 
@@ -150,6 +155,24 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
     rows = cold.cold_calls(payload)
     assert made == ["peer"] * 3 + ["tkreg"] * 3
     assert after == [("tkreg", "tkreg"), ("peer", "peer")] * 2  # the second and third shapes: after the one before
-    assert [r["shape"] for r in rows] == ["4x4", "8x8", "4x4"] and all(r["peers_first"] for r in rows)
+    assert [r["shape"] for r in rows] == ["4x4", "8x8", "4x4"] and all(r["peers_first"] and r["inputs_first"] for r in rows)
     assert "warm_after_same_work_us" not in rows[0] and rows[1]["warm_after_same_work_us"] == 20.0
     assert rows[2]["torch_warm_after_same_work_us"] == 20.0 and rows[0]["first_us"] == 30.0
+    assert all(r["device_allocs"] == 0 for r in rows) and not any("torch_here_us" in r for r in rows)
+
+    # torch's own call of each shape right before tkreg's first call, and nothing timed after
+    made.clear()
+    after.clear()
+    once: list[str] = []
+    monkeypatch.setattr(cold, "_once", lambda call: once.append(made[-1] if made else "") or 40.0)
+    here = cold.cold_calls(payload, torch_here=True)
+    assert made == ["peer"] * 3 + ["tkreg"] * 3 and once == ["peer", "tkreg", "tkreg"] and after == []
+    assert [r["torch_here_us"] for r in here] == [40.0] * 3 and not any("source" in r for r in here)
+
+
+def test_torch_at_the_same_point_joins_the_rows_of_the_same_shapes_only() -> None:
+    rows = [{"op": "add", "shape": "4x4", "dtype": "float32", "variant": ""},
+            {"op": "add", "shape": "8x8", "dtype": "float32", "variant": ""}]  # fmt: skip
+    here = [{**rows[0], "torch_here_us": 31.0}, {**rows[1], "shape": "9x9", "torch_here_us": 5.0}]
+    cold.same_point(rows, here)
+    assert rows[0]["torch_at_same_point_us"] == 31.0 and "torch_at_same_point_us" not in rows[1]

@@ -282,6 +282,13 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "within 2x on 1 of 2; within 2x of a warm call made after the same work on 2 of 2)" in text
     assert "right after ten of the previous shape's calls, as each first call came right after" in text
     assert "Each tkreg first call came after the peer's own" not in text and "ten of the peer's calls" not in text
+    assert "at the point of the same sequence" not in text and "from the driver" not in text  # older records
+    for row, here, allocs in zip(dispatch["rows"], (35.0, 50.0, 90.0), (0, 1, 0)):  # what records keep now
+        row.update(torch_at_same_point_us=here, device_allocs=allocs)
+    text = dispatch_table(dispatch)
+    assert "was within 2x of its warm call on 1 of 2; of the 1 first calls of the process calling" in text
+    assert "torch's own call there took over 2x its warm call too on 1." in text  # the add_triton shape: 50 over 2x 20
+    assert "1 of the 3 first calls took memory from the driver" in text
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

@@ -518,6 +518,7 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                 "Each tkreg first call came after the peer's own first call of the shape, which")  # fmt: skip
         said.append(f"{when} took {_median(torch_ratios):.1f}x its warm call (median; {_spread(torch_ratios)}; within "
                     f"2x on {within} of {len(torch_ratios)}{after}).")  # fmt: skip
+    said += _at_same_point(cold)
     spread = [r for r in cold if _is_number(r.get("warm_over_2x")) and _is_number(r.get("warm_calls"))]
     if spread:  # the base rate of a one-sample miss (.bench.dispatch.cold._first_and_warm)
         said.append(f"A first call is one sample: of the warm calls behind the medians, each also one sample, "
@@ -530,6 +531,29 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
                     "and clock), so each first call is also compared with a warm call made after the same work: "
                     f"right after {work} (median of three).")  # fmt: skip
     return " ".join(said)
+
+
+def _at_same_point(cold: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What torch's own call of each shape cost at the point of the sequence where tkreg's first
+    call came (a process of its own, .bench.dispatch.cold.same_point), and how many first calls
+    grew the allocator's pool, where the record says."""
+    said = []
+    plain = [r for r in cold if not r.get("warmed")]
+    here = [r for r in plain if _is_number(r.get("torch_at_same_point_us")) and r.get("torch_warm_us")]
+    if here:
+        over = [r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in here]
+        missed = [o for r, o in zip(here, over) if r["first_us"] > 2 * r["warm_us"]]
+        said.append(f"torch's own call of each shape at the point of the same sequence where tkreg's first call came, in a "
+                    f"process of its own (its first call of the shape since the first pass, after tkreg's calls of the "
+                    f"shape before), was within 2x of its warm call on {over.count(False)} of {len(here)}; of the "
+                    f"{len(missed)} first calls of the process calling shapes as a model would that took over 2x a warm "
+                    f"call, torch's own call there took over 2x its warm call too on {sum(missed)}.")  # fmt: skip
+    counted = [r for r in cold if _is_number(r.get("device_allocs"))]
+    if counted:
+        grew = sum(r["device_allocs"] > 0 for r in counted)
+        said.append(f"{grew} of the {len(counted)} first calls took memory from the driver (the caching allocator's "
+                    f"pool grew); every shape's inputs were made before any call.")  # fmt: skip
+    return said
 
 
 def _cold_process(warmed: bool) -> str:

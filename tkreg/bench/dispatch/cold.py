@@ -30,27 +30,53 @@ def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict
     remembered.flush()  # what this process remembers, written now as its exit would
     payload = json.dumps([[s.op, list(s.dims), s.dtype, s.variant] for s in signatures])
     rows: list[dict[str, Any]] = []
-    for warmed in (False, True):
+    plain: list[dict[str, Any]] = []
+    for warmed, torch_here in ((False, False), (True, False), (False, True)):
         code = ("import sys, json; from tkreg.bench.dispatch.cold import cold_calls; "
-                f"print(json.dumps(cold_calls(sys.argv[1], warmed={warmed})))")  # fmt: skip
+                f"print(json.dumps(cold_calls(sys.argv[1], warmed={warmed}, torch_here={torch_here})))")  # fmt: skip
         try:
-            done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=timeout_s / 2)
+            done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=timeout_s / 3)
         except subprocess.TimeoutExpired:
-            late = f"the cold process did not finish within {timeout_s / 2:.0f} s"
-            rows.append({"check": "cold", "warmed": warmed, "error": late})
+            late = f"the cold process did not finish within {timeout_s / 3:.0f} s"
+            if torch_here:
+                say(f"  cold, torch's calls at the same points: {late}")
+            else:
+                rows.append({"check": "cold", "warmed": warmed, "error": late})
             continue
         if done.returncode != 0:
-            rows.append({"check": "cold", "warmed": warmed, "error": done.stderr.strip()[-500:]})
+            if torch_here:
+                say(f"  cold, torch's calls at the same points failed: {done.stderr.strip()[-500:]}")
+            else:
+                rows.append({"check": "cold", "warmed": warmed, "error": done.stderr.strip()[-500:]})
             continue
         got = json.loads(done.stdout.strip().splitlines()[-1])
+        if torch_here:
+            same_point(plain, got)
+            continue
         for r in got:
             say(f"  cold{' after warm()' if warmed else ''} {r.get('op')} {r.get('shape')}: first {r.get('first_us')} us, "
                 f"warm {r.get('warm_us')} us, timing calls {r.get('timing_calls')}")  # fmt: skip
+        if not warmed:
+            plain = got
         rows += got
     return rows
 
 
-def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
+def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> None:
+    """Give each row of the process calling shapes as a model would torch's own call of its shape
+    made at the same point of the same sequence in a process of its own (``here``, from
+    ``cold_calls(torch_here=True)``), as ``torch_at_same_point_us``; rows of another shape than
+    the one at their position get none."""
+
+    def signature(row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(row.get(name) for name in ("op", "shape", "dtype", "variant"))
+
+    for row, other in zip(rows, here):
+        if signature(row) == signature(other) and "torch_here_us" in other:
+            row["torch_at_same_point_us"] = other["torch_here_us"]
+
+
+def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> list[dict[str, Any]]:
     """In a new process: each signature's first call and a warm call (each synchronized), and how
     many times tuning timed anything. First, in a pass of its own, the peer's own first and warm
     calls of every signature: what torch itself pays the first time it sees a shape (cuBLAS picks
@@ -64,7 +90,12 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
     shapes' calls slowed the next first call more than torch's first call had.
     With ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row, apart from installing
     tkreg.ops, ``install_s``); without, the first row says what the process's first call
-    preloaded."""
+    preloaded. With ``torch_here``, the same sequence, but right before each tkreg first call one
+    call of torch's own of the shape, timed (``torch_here_us``): what torch code pays at that
+    point, its first call of the shape since the first pass, after the same work (a probe on an
+    H200, 2026-12-02: a product the peer runs, 431x3072x4352, took torch.matmul itself 150-172 us
+    of host time there, against 20-30 warm, and tkreg's first call after it 24-31; without it,
+    tkreg's first call took the 124-172). Nothing else is timed in that process."""
     from ... import ops
     from ...ops import tuning
 
@@ -89,30 +120,36 @@ def cold_calls(payload: str, warmed: bool = False) -> list[dict[str, Any]]:
         warmed_counts = ops.warm()
         warm_s = round(time.perf_counter() - started, 3)
     rows, calls, peers = [], [], []
-    for op_name, dims, dtype, variant in signatures:  # torch's own first calls, every shape's
+    for op_name, dims, dtype, variant in signatures:  # every shape's inputs, as a model's weights, made first
         sig = Signature.of(op_name, dict(dims), dtype, variant)
-        inputs = make_inputs(registry, sig, seed=2)
-        op = registry.op(op_name)
         row: dict[str, Any] = {"check": "cold", "warmed": warmed, "op": op_name, "shape": sig.shape, "dtype": dtype,
-                               "variant": variant, "install_s": install_s, "peers_first": True}  # fmt: skip
+                               "variant": variant, "install_s": install_s, "peers_first": True, "inputs_first": True}  # fmt: skip
         if warm_s is not None:
             row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
-        peer = peer_call(op, inputs, None)  # as torch code calls it
-        if peer is not None:
-            first, warm, _ = _first_and_warm(peer)
-            row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1))
         rows.append(row)
-        calls.append((op_name, inputs))
+        calls.append((op_name, make_inputs(registry, sig, seed=2)))
+    for row, (op_name, inputs) in zip(rows, calls):  # torch's own first calls, every shape's
+        peer = peer_call(registry.op(op_name), inputs, None)  # as torch code calls it
+        if peer is not None:
+            allocs = _device_allocs()
+            first, warm, _ = _first_and_warm(peer)
+            row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1),
+                       torch_device_allocs=_device_allocs() - allocs)  # fmt: skip
         peers.append(peer)
     tkreg_calls = []
-    for row, (op_name, inputs) in zip(rows, calls):  # then tkreg's, one shape after another
+    for row, (op_name, inputs), peer in zip(rows, calls, peers):  # then tkreg's, one shape after another
         call = functools.partial(ops.get(op_name), *inputs)
+        if torch_here and peer is not None:
+            row["torch_here_us"] = round(_once(peer), 1)
         plans = ops._installed["dispatchers"][op_name]._plans
-        before, planned_before = counted["n"], len(plans)
+        before, planned_before, allocs = counted["n"], len(plans), _device_allocs()
         first, warm, spread = _first_and_warm(call)
         row.update(first_us=round(first, 1), warm_us=round(warm, 1), warm_over_2x=spread, warm_calls=WARM_CALLS,
-                   timing_calls=counted["n"] - before, planned=len(plans) > planned_before)  # fmt: skip
+                   timing_calls=counted["n"] - before, planned=len(plans) > planned_before,
+                   device_allocs=_device_allocs() - allocs)  # fmt: skip
         tkreg_calls.append(call)
+    if torch_here:
+        return rows
     for i, row in enumerate(rows):  # warm calls made after the work each first call came after
         if i:
             row["warm_after_same_work_us"] = round(_timed_after(tkreg_calls[i], tkreg_calls[i - 1]), 1)
@@ -133,18 +170,20 @@ def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_befo
     at 2-3x its back-to-back time right after other calls, on an H100). The median over
     ``rounds`` (us) of one synchronized call of ``timed``, right after ``calls_before`` of
     ``before``'s, as each first call came right after the previous shape's warm calls."""
-    import torch
-
     times = []
     for _ in range(rounds):
         for _ in range(calls_before):
             before()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        timed()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e6)
+        times.append(_once(timed))
     return statistics.median(times)
+
+
+def _device_allocs() -> int:
+    """How many blocks torch's caching allocator has taken from the driver in this process: a
+    call that grows the pool (cudaMalloc) costs tens to hundreds of us more, whoever makes it."""
+    import torch
+
+    return int(torch.cuda.memory_stats().get("num_device_alloc", 0))
 
 
 def _first_and_warm(call: Callable[[], Any], warm_calls: int = WARM_CALLS) -> tuple[float, float, int]:
@@ -152,17 +191,20 @@ def _first_and_warm(call: Callable[[], Any], warm_calls: int = WARM_CALLS) -> tu
     many of those warm calls took over twice their median: the first call is one sample, and a
     warm call sampled once misses 2x at some rate too, which says how much of the first calls'
     misses the host's jitter alone accounts for."""
-    import torch
-
-    times = []
-    for _ in range(warm_calls + 1):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e6)
+    times = [_once(call) for _ in range(warm_calls + 1)]
     warm = statistics.median(times[1:])
     return times[0], warm, sum(t > 2 * warm for t in times[1:])
+
+
+def _once(call: Callable[[], Any]) -> float:
+    """One call, synchronized before and after (us)."""
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e6
 
 
 def _source(op: str, inputs: tuple[Any, ...]) -> str:
@@ -173,7 +215,6 @@ def _source(op: str, inputs: tuple[Any, ...]) -> str:
         if source in text:
             return source
     return "nothing to choose"
-
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -211,4 +252,22 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                            if r.get("torch_warm_after_same_work_us")]  # fmt: skip
             if torch_after:
                 got[f"{prefix}_torch_within_2x_after_same_work"] = sum(x <= 2.0 for x in torch_after)
+            got.update(_at_same_point(prefix, cold))
+            allocating = [r for r in cold if "device_allocs" in r]
+            if allocating:  # first calls that grew the caching allocator's pool (cudaMalloc)
+                got[f"{prefix}_first_calls_allocating"] = sum(r["device_allocs"] > 0 for r in allocating)
     return got
+
+
+def _at_same_point(prefix: str, cold: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """torch's own call of each shape at the point of the sequence where tkreg's first call came
+    (see :func:`same_point`): within 2x of torch's warm call on how many, and of the first calls
+    over 2x a warm call, on how many torch's own call there was over 2x its warm call too."""
+    here = [r for r in cold if r.get("torch_at_same_point_us") and r.get("torch_warm_us")]
+    if not here:
+        return {}
+    torch_over = [r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in here]
+    missed = [over for r, over in zip(here, torch_over) if r["first_us"] > 2 * r["warm_us"]]
+    return {f"{prefix}_torch_at_same_point_calls": len(here),
+            f"{prefix}_torch_at_same_point_within_2x": torch_over.count(False),
+            f"{prefix}_misses_torch_also_over_2x": sum(missed), f"{prefix}_misses_at_same_point": len(missed)}  # fmt: skip

@@ -13,7 +13,9 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
 2. A cold process with the warm cache: the same shapes in a new process make no timing call; torch's
    own first call of each is made first, then tkreg's first call of each, one shape after another,
    timed against a warm call of the same shape: the median of calls made back to back, and a call
-   made after the same work as the first (the previous shape's calls).
+   made after the same work as the first (the previous shape's calls); and, from a third process
+   making the same calls, torch's own call of each shape at the point where tkreg's first call
+   came.
 3. CUDA graphs: a tuned call captured and replayed gives the bits of an eager call of what it runs
    (the bucket's choice for captured calls, where it has one).
 4. torch.compile: a Llama-3-8B MLP block (gate, up, down) through the linear op under

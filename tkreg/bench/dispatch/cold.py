@@ -1,6 +1,6 @@
 """A cold process with a warm cache: the tuned signatures called in a new process, which must make
 no timing call; each one's first call against a warm call of the same shape, and the same for
-torch's own calls of it."""
+torch's own calls of it, and against torch's own call made at the same point of the sequence."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ WARM_CALLS = 10  # per shape, after its first call: their median is the warm cal
 
 
 def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict[str, Any]]:
-    """Two new processes over this one's cache: one calls each signature as a model would, the
-    other calls tkreg.ops.warm() first, as a server would at start-up."""
+    """Three new processes over this one's cache: one calls each signature as a model would, one
+    calls tkreg.ops.warm() first, as a server would at start-up, and one makes the first one's
+    calls with torch's own call of each shape right before tkreg's first call, timed, which the
+    first one's rows are given (:func:`same_point`)."""
     if not signatures or timeout_s <= 0:
         return []
     from ...ops import remembered

@@ -176,3 +176,12 @@ def test_torch_at_the_same_point_joins_the_rows_of_the_same_shapes_only() -> Non
     here = [{**rows[0], "torch_here_us": 31.0}, {**rows[1], "shape": "9x9", "torch_here_us": 5.0}]
     cold.same_point(rows, here)
     assert rows[0]["torch_at_same_point_us"] == 31.0 and "torch_at_same_point_us" not in rows[1]
+
+
+def test_a_cold_process_left_no_time_says_so_in_the_rows() -> None:
+    from tkreg.bench.calls import Signature
+
+    sig = Signature.of("add", {"M": 4, "N": 4}, "float32", "")
+    rows = cold.cold_process([sig], 0.0)
+    assert [r["warmed"] for r in rows] == [False, True] and all("too little left" in r["error"] for r in rows)
+    assert cold.cold_process([], 30.0) == []

@@ -83,8 +83,11 @@ def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> No
 
 def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> list[dict[str, Any]]:
     """In a new process: each signature's first call and a warm call (each synchronized), and how
-    many times tuning timed anything. First, in a pass of its own, the peer's own first and warm
-    calls of every signature: what torch itself pays the first time it sees a shape (cuBLAS picks
+    many times tuning timed anything. Every signature's inputs are made first, as a model's
+    weights are (made instead just before each shape's calls, they changed no first call's
+    allocations from the driver in a probe, on an H200, 2026-12-02), and each first call counts
+    those (``device_allocs``). Then, in a pass of its own, the peer's own first and warm calls of
+    every signature: what torch itself pays the first time it sees a shape (cuBLAS picks
     its algorithm, a kernel loads) is then paid, and measured, apart from tkreg's own first-call
     work. Then tkreg's, each first call right after the previous signature's warm calls, as a
     model's calls follow each other, and not right after torch's first call of the same shape,
@@ -99,7 +102,7 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
     call of torch's own of the shape, timed (``torch_here_us``): what torch code pays at that
     point, its first call of the shape since the first pass, after the same work (a probe on an
     H200, 2026-12-02: a product the peer runs, 431x3072x4352, took torch.matmul itself 150-172 us
-    of host time there, against 20-30 warm, and tkreg's first call after it 24-31; without it,
+    of host time there, against 15-29 for a warm call, and tkreg's first call after it 24-31; without it,
     tkreg's first call took the 124-172). Nothing else is timed in that process."""
     from ... import ops
     from ...ops import tuning
@@ -185,7 +188,7 @@ def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_befo
 
 def _device_allocs() -> int:
     """How many blocks torch's caching allocator has taken from the driver in this process: a
-    call that grows the pool (cudaMalloc) costs tens to hundreds of us more, whoever makes it."""
+    call that grows the pool also pays the driver's allocation, whoever makes it."""
     import torch
 
     return int(torch.cuda.memory_stats().get("num_device_alloc", 0))

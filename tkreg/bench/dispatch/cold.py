@@ -4,7 +4,9 @@ torch's own calls of it, and against torch's own call made at the same point of 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import json
 import statistics
 import subprocess
@@ -67,6 +69,18 @@ def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict
     return rows
 
 
+@dataclasses.dataclass
+class _Shape:
+    """One signature of a cold process: its row, its op and inputs, and the calls made of it
+    (torch's own, as torch code calls it, and tkreg.ops')."""
+
+    row: dict[str, Any]
+    op: str
+    inputs: tuple[Any, ...]
+    call: Callable[[], Any]  # tkreg.ops.<op> on the inputs
+    peer: Callable[[], Any] | None = None  # the peer on them, as torch code calls it (None: the op has none)
+
+
 def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> None:
     """Give each row of the process calling shapes as a model would torch's own call of its shape
     made at the same point of the same sequence in a process of its own (``here``, from
@@ -127,44 +141,40 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
         started = time.perf_counter()
         warmed_counts = ops.warm()
         warm_s = round(time.perf_counter() - started, 3)
-    rows, calls, peers = [], [], []
+    shapes = []
     for op_name, dims, dtype, variant in signatures:  # every shape's inputs, as a model's weights, made first
         sig = Signature.of(op_name, dict(dims), dtype, variant)
         row: dict[str, Any] = {"check": "cold", "warmed": warmed, "op": op_name, "shape": sig.shape, "dtype": dtype,
                                "variant": variant, "install_s": install_s, "peers_first": True, "inputs_first": True}  # fmt: skip
         if warm_s is not None:
             row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
-        rows.append(row)
-        calls.append((op_name, make_inputs(registry, sig, seed=2)))
-    for row, (op_name, inputs) in zip(rows, calls):  # torch's own first calls, every shape's
-        peer = peer_call(registry.op(op_name), inputs, None)  # as torch code calls it
-        if peer is not None:
+        inputs = make_inputs(registry, sig, seed=2)
+        shapes.append(_Shape(row, op_name, inputs, functools.partial(ops.get(op_name), *inputs)))
+    for shape in shapes:  # torch's own first calls, every shape's
+        shape.peer = peer_call(registry.op(shape.op), shape.inputs, None)  # as torch code calls it
+        if shape.peer is not None:
             allocs = _device_allocs()
-            first, warm, _ = _first_and_warm(peer)
-            row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1),
-                       torch_device_allocs=_device_allocs() - allocs)  # fmt: skip
-        peers.append(peer)
-    tkreg_calls = []
-    for row, (op_name, inputs), peer in zip(rows, calls, peers):  # then tkreg's, one shape after another
-        call = functools.partial(ops.get(op_name), *inputs)
-        if torch_here and peer is not None:
-            row["torch_here_us"] = round(_once(peer), 1)
-        plans = ops._installed["dispatchers"][op_name]._plans
+            first, warm, _ = _first_and_warm(shape.peer)
+            shape.row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1),
+                             torch_device_allocs=_device_allocs() - allocs)  # fmt: skip
+    for shape in shapes:  # then tkreg's, one shape after another
+        if torch_here and shape.peer is not None:
+            shape.row["torch_here_us"] = round(_once(shape.peer), 1)
+        plans = ops._installed["dispatchers"][shape.op]._plans
         before, planned_before, allocs = counted["n"], len(plans), _device_allocs()
-        first, warm, spread = _first_and_warm(call)
-        row.update(first_us=round(first, 1), warm_us=round(warm, 1), warm_over_2x=spread, warm_calls=WARM_CALLS,
-                   timing_calls=counted["n"] - before, planned=len(plans) > planned_before,
-                   device_allocs=_device_allocs() - allocs)  # fmt: skip
-        tkreg_calls.append(call)
+        first, warm, spread = _first_and_warm(shape.call)
+        shape.row.update(first_us=round(first, 1), warm_us=round(warm, 1), warm_over_2x=spread, warm_calls=WARM_CALLS,
+                         timing_calls=counted["n"] - before, planned=len(plans) > planned_before,
+                         device_allocs=_device_allocs() - allocs)  # fmt: skip
+    rows = [shape.row for shape in shapes]
     if torch_here:
         return rows
-    for i, row in enumerate(rows):  # warm calls made after the work each first call came after
-        if i:
-            row["warm_after_same_work_us"] = round(_timed_after(tkreg_calls[i], tkreg_calls[i - 1]), 1)
-            if peers[i] is not None and peers[i - 1] is not None:
-                row["torch_warm_after_same_work_us"] = round(_timed_after(peers[i], peers[i - 1]), 1)
-    for row, (op_name, inputs) in zip(rows, calls):  # explain's work last: none of it between timed calls
-        row.update(source=_source(op_name, inputs), runs=chosen_labels(op_name, inputs)[0])
+    for previous, shape in itertools.pairwise(shapes):  # warm calls made after the work each first call came after
+        shape.row["warm_after_same_work_us"] = round(_timed_after(shape.call, previous.call), 1)
+        if shape.peer is not None and previous.peer is not None:
+            shape.row["torch_warm_after_same_work_us"] = round(_timed_after(shape.peer, previous.peer), 1)
+    for shape in shapes:  # explain's work last: none of it between timed calls
+        shape.row.update(source=_source(shape.op, shape.inputs), runs=chosen_labels(shape.op, shape.inputs)[0])
     if rows and not warmed:
         from ...ops import warming
 

@@ -238,25 +238,30 @@ def test_suite_tables_read_the_suites_rows() -> None:
         {"check": "cold", "warmed": w, "runs": runs, "first_us": f, "warm_us": warm, "torch_first_us": tf, "torch_warm_us": tw,
          "timing_calls": 0} for w, runs, f, warm, tf, tw in cold]}  # fmt: skip
     text = dispatch_table(dispatch)
-    assert "1 shapes a kernel runs: first call 150.0x a warm call (median; 150x to 150x; within 2x on 0)" in text
-    assert "which took 2.5x its warm call (median; 1.5x to 2.5x; within 2x on 1 of 2)" in text
-    assert "after the same work" not in text  # older records have no such call
+    model, warmed = "tkreg.ops, calling each shape as a model would", "tkreg.ops, after tkreg.ops.warm()"
+    assert f"| {model} | a kernel runs | 1 | 0 | - | 150.0x | 150x to 150x |" in text  # older records: no same-work call
+    assert f"| {model} | the peer runs | 1 | 1 | - | 1.5x | 1.5x to 1.5x |" in text
+    assert f"| {warmed} | the peer runs | 1 | 1 | - | 1.5x | 1.5x to 1.5x |" in text and f"| {warmed} | a kernel" not in text
+    # torch's own first calls, of the process calling shapes as a model would: 50/20 and 30/20
+    assert "| torch's own first call, just before tkreg's | every shape | 2 | 1 | - | 2.5x | 1.5x to 2.5x |" in text
+    assert "Each tkreg first call came right after the peer's own first and warm calls of the shape." in text
+    assert "after the same work is one" not in text and "at the point of tkreg's first call" not in text
     after = [(90.0, 40.0), (3000.0, 40.0), (30.0, 25.0)]  # tkreg's warm call after the peer's, the peer's after tkreg's
     for row, (tkreg_after, torch_after) in zip(dispatch["rows"], after):
         row.update(warm_after_peer_us=tkreg_after, torch_warm_after_tkreg_us=torch_after)
     text = dispatch_table(dispatch)
-    same_work = "within 2x of a warm call after the same work on 1 of 1"
-    assert f"1 shapes the peer runs: first call 1.5x a warm call (median; 1.5x to 1.5x; within 2x on 1; {same_work})" in text
-    assert f"1 shapes a kernel runs: first call 150.0x a warm call (median; 150x to 150x; within 2x on 0; {same_work})" in text
-    assert "within 2x on 1 of 2; within 2x of a warm call made after tkreg.ops' calls on 2 of 2)" in text
+    assert f"| {model} | the peer runs | 1 | 1 | 1 of 1 | 1.5x | 1.5x to 1.5x |" in text  # 30 against 90
+    assert f"| {model} | a kernel runs | 1 | 0 | 1 of 1 | 150.0x | 150x to 150x |" in text  # 3000 against 3000
+    assert "| torch's own first call, just before tkreg's | every shape | 2 | 1 | 2 of 2 | 2.5x | 1.5x to 2.5x |" in text
     assert "preloaded" not in text and "loaded 2" not in text  # older records do not say
     assert "each also one sample" not in text  # older records kept no warm calls' spread
+    assert "a warm call after the same work is one right after ten of the peer's calls, as the first call was" in text
     for row, over in zip(dispatch["rows"], (0, 3, 1)):
         row.update(warm_over_2x=over, warm_calls=10)
     assert "each also one sample, 4 of 30 took over twice their shape's median." in dispatch_table(dispatch)
     dispatch["rows"][0]["preload"] = {"signatures": 2, "left": 1, "seconds": 0.5}
     said = "as a model would (its first call, the process's first through tkreg.ops, loaded 2 remembered kernel signatures"
-    assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in dispatch_table(dispatch)
+    assert f"{said} ahead in 0.5 s, 1 left to their first calls) made 0 timing calls." in dispatch_table(dispatch)
     dispatch["rows"].append({"check": "cold", "warmed": False, "error": "the cold process did not finish within 16 s"})
     said_failed = "The cold process calling each shape as a model would gave no figures: the cold process did not finish"
     assert said_failed in dispatch_table(dispatch)
@@ -264,31 +269,34 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "gave no figures" not in dispatch_table(dispatch)
     only_failed = {"summary": {"seed": 1}, "rows": [{"check": "cold", "warmed": True, "error": "crashed"}]}
     assert "The cold process after tkreg.ops.warm() gave no figures: crashed." in dispatch_table(only_failed)
+    assert "| calls |" not in dispatch_table(only_failed)  # no table of nothing
     dispatch["rows"][2]["warm_s"] = 4.0
-    assert "after tkreg.ops.warm() (tkreg.ops.warm() took 4.0 s, installing tkreg.ops included)" in dispatch_table(dispatch)
+    assert "after tkreg.ops.warm() (tkreg.ops.warm() took 4.0 s, installing tkreg.ops included) made" in dispatch_table(dispatch)
     for row in dispatch["rows"]:
         row.update(install_s=2.5, **({"warm_s": 1.25} if row["warmed"] else {}))
     text = dispatch_table(dispatch)
     said = said.replace("model would (", "model would (installing tkreg.ops took 2.5 s; ")
-    assert f"{said} ahead in 0.5 s, 1 left to their first calls): 0 timing calls" in text
-    assert "after tkreg.ops.warm() (installing tkreg.ops took 2.5 s; tkreg.ops.warm() took 1.25 s): 0 timing calls" in text
+    assert f"{said} ahead in 0.5 s, 1 left to their first calls) made 0 timing calls" in text
+    assert "after tkreg.ops.warm() (installing tkreg.ops took 2.5 s; tkreg.ops.warm() took 1.25 s) made 0 timing calls" in text
     assert "Replayed from CUDA graphs" not in dispatch_table(dispatch)  # older records replayed nothing
     for row, (tkreg_after, torch_after) in zip(dispatch["rows"], after):  # the order records make now
         del row["warm_after_peer_us"], row["torch_warm_after_tkreg_us"]
         row.update(peers_first=True, warm_after_same_work_us=tkreg_after, torch_warm_after_same_work_us=torch_after)
     text = dispatch_table(dispatch)
-    assert f"1 shapes a kernel runs: first call 150.0x a warm call (median; 150x to 150x; within 2x on 0; {same_work})" in text
-    assert "The peer's own first call of every shape came first, in a pass of its own" in text
-    assert "within 2x on 1 of 2; within 2x of a warm call made after the same work on 2 of 2)" in text
+    assert f"| {model} | a kernel runs | 1 | 0 | 1 of 1 | 150.0x | 150x to 150x |" in text
+    assert "| torch's own first call, in a pass before tkreg's | every shape | 2 | 1 | 2 of 2 | 2.5x | 1.5x to 2.5x |" in text
+    assert "The peer's own first and warm calls of every shape came first, in a pass of their own" in text
     assert "right after ten of the previous shape's calls, as each first call came right after" in text
-    assert "Each tkreg first call came after the peer's own" not in text and "ten of the peer's calls" not in text
-    assert "at the point of the same sequence" not in text and "from the driver" not in text  # older records
+    assert "Each tkreg first call came right after the peer's" not in text and "ten of the peer's calls" not in text
+    assert "at the point of tkreg's first call" not in text and "from the driver" not in text  # older records
     for row, here, allocs in zip(dispatch["rows"], (35.0, 50.0, 90.0), (0, 1, 0)):  # what records keep now
         row.update(torch_at_same_point_us=here, device_allocs=allocs)
     text = dispatch_table(dispatch)
-    assert "was within 2x of its warm call on 1 of 2; of the 1 first calls of the process calling" in text
-    assert "torch's own call there took over 2x its warm call too on 1." in text  # the add_triton shape: 50 over 2x 20
-    assert "1 of the 3 first calls took memory from the driver" in text
+    # of the model process's rows only: 35/20 within 2x, 50/20 over; the warmed process's 90 is not read
+    assert "| torch's own call at the point of tkreg's first call | every shape | 2 | 1 | - | 2.5x | 1.8x to 2.5x |" in text
+    said = "Of the 1 tkreg first calls over 2x a warm call as a model would call them, torch's was over 2x there too on 1."
+    assert said in text
+    assert "1 of the 3 tkreg first calls took memory from the driver" in text
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

@@ -476,49 +476,80 @@ def _replayed_text(picks: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
-    """A cold process with the warm cache, without and with tkreg.ops.warm() first: timing calls,
-    and its first call of a shape over a warm call, where the peer runs it and where a kernel does."""
-    said = []
+    """A cold process with the warm cache, without and with tkreg.ops.warm() first: how each was
+    set up and its timing calls, then a table of first calls against warm calls (where the peer
+    runs the shape and where a kernel does; torch's own alike), then what the table leans on."""
+    said, body = [], []
     for warmed in (False, True):
         mine = [r for r in cold if bool(r.get("warmed")) is warmed]
         if not mine:
             continue
-        timed = sum(r.get("timing_calls", 0) for r in mine)
-        groups = []
-        kinds = [("shapes", mine)]  # older records do not say what ran each shape
+        kinds = [("every shape", mine)]  # older records do not say what ran each shape
         if all("runs" in r for r in mine):
-            kinds = [("shapes the peer runs", [r for r in mine if r["runs"] == "peer"]),
-                     ("shapes a kernel runs", [r for r in mine if r["runs"] != "peer"])]  # fmt: skip
+            kinds = [("the peer runs", [r for r in mine if r["runs"] == "peer"]),
+                     ("a kernel runs", [r for r in mine if r["runs"] != "peer"])]  # fmt: skip
         for what, group in kinds:
-            ratios = sorted(r["first_us"] / r["warm_us"] for r in group)
-            if ratios:
-                within = sum(x <= 2.0 for x in ratios)
-                spread = _spread(ratios)
-                groups.append(f"{len(ratios)} {what}: first call {_median(ratios):.1f}x a warm call (median; "
-                              f"{spread}; within 2x on {within}{_after_same_work(group)})")  # fmt: skip
+            if group:
+                firsts = [(r["first_us"], r["warm_us"], _after_work(r)) for r in group]
+                body.append(_cold_row(f"tkreg.ops, {_cold_process(warmed)}", what, firsts))
         warm_said = f"tkreg.ops.warm() took {mine[0].get('warm_s', '?')} s"
         if "install_s" not in mine[0]:  # older records timed installing tkreg.ops inside warm()
             warm_said += ", installing tkreg.ops included"
         setup = [_installed(mine), warm_said if warmed else _preloaded(mine)]
         setup_said = "; ".join(part for part in setup if part)
-        how = _cold_process(warmed) + (f" ({setup_said})" if setup_said else "")
-        said.append(f"A cold process with the warm cache, {how}: {timed} timing calls; " + "; ".join(groups) + ".")
+        timed = sum(r.get("timing_calls", 0) for r in mine)
+        said.append(f"The cold process {_cold_process(warmed)}{f' ({setup_said})' if setup_said else ''} made {timed} "
+                    f"timing calls.")  # fmt: skip
+    plain = [r for r in cold if not r.get("warmed")]
     peers_first = all(r.get("peers_first") for r in cold)  # older records made each peer's first call just before tkreg's
-    torch_ratios = sorted(r["torch_first_us"] / r["torch_warm_us"] for r in cold
-                          if not r.get("warmed") and _is_number(r.get("torch_first_us")) and r.get("torch_warm_us"))  # fmt: skip
-    if torch_ratios:
-        within = sum(x <= 2.0 for x in torch_ratios)
-        torch_after = [r["torch_first_us"] / _after_work(r, "torch_") for r in cold if not r.get("warmed")
-                       and _is_number(r.get("torch_first_us")) and _after_work(r, "torch_")]  # fmt: skip
-        work = "the same work" if peers_first else "tkreg.ops' calls"
-        after = (f"; within 2x of a warm call made after {work} on {sum(x <= 2.0 for x in torch_after)} of "
-                 f"{len(torch_after)}" if torch_after else "")  # fmt: skip
-        when = ("The peer's own first call of every shape came first, in a pass of its own (torch's first-call work "
-                "paid apart from tkreg's); it" if peers_first else
-                "Each tkreg first call came after the peer's own first call of the shape, which")  # fmt: skip
-        said.append(f"{when} took {_median(torch_ratios):.1f}x its warm call (median; {_spread(torch_ratios)}; within "
-                    f"2x on {within} of {len(torch_ratios)}{after}).")  # fmt: skip
-    said += _at_same_point(cold)
+    torch_first = [(r["torch_first_us"], r["torch_warm_us"], _after_work(r, "torch_")) for r in plain
+                   if _is_number(r.get("torch_first_us")) and r.get("torch_warm_us")]  # fmt: skip
+    if torch_first:
+        when = "in a pass before tkreg's" if peers_first else "just before tkreg's"
+        body.append(_cold_row(f"torch's own first call, {when}", "every shape", torch_first))
+    here = [(r["torch_at_same_point_us"], r["torch_warm_us"], None) for r in plain
+            if _is_number(r.get("torch_at_same_point_us")) and r.get("torch_warm_us")]  # fmt: skip
+    if here:
+        body.append(_cold_row("torch's own call at the point of tkreg's first call", "every shape", here))
+    if not body:
+        return ""
+    headers = ["calls", "shapes", "count", "first call within 2x of a warm call",
+               "within 2x of a warm call after the same work", "first / warm (median)", "range"]  # fmt: skip
+    text = " ".join(said) + "\n\n" + table(headers, body, [False, False, True, True, True, True, False])
+    notes = " ".join(_cold_notes(cold, plain, peers_first))
+    return text + ("\n\n" + notes if notes else "")
+
+
+def _cold_row(calls: str, shapes: str, firsts: Sequence[tuple[float, float, float | None]]) -> list[str]:
+    """A row of the cold-process table from (first, warm, warm after the same work or None) per shape."""
+    ratios = sorted(first / warm for first, warm, _ in firsts)
+    after = [first / later for first, _, later in firsts if later]
+    return [calls, shapes, str(len(ratios)), str(sum(x <= 2.0 for x in ratios)),
+            f"{sum(x <= 2.0 for x in after)} of {len(after)}" if after else "-", f"{_median(ratios):.1f}x",
+            _spread(ratios)]  # fmt: skip
+
+
+def _cold_notes(cold: Sequence[Mapping[str, Any]], plain: Sequence[Mapping[str, Any]], peers_first: bool) -> list[str]:
+    """What the cold-process table leans on: the order of the calls, what the misses had in
+    common with torch's own calls, the driver's allocations and the base rate of a one-sample miss."""
+    said = []
+    if any(_is_number(r.get("torch_first_us")) for r in plain):
+        said.append("The peer's own first and warm calls of every shape came first, in a pass of their own; then "
+                    "tkreg's, each right after the previous shape's warm calls." if peers_first else
+                    "Each tkreg first call came right after the peer's own first and warm calls of the shape.")  # fmt: skip
+    here = [r for r in plain if _is_number(r.get("torch_at_same_point_us")) and r.get("torch_warm_us")]
+    if here:
+        missed = [r for r in here if r["first_us"] > 2 * r["warm_us"]]
+        also = sum(r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in missed)
+        said.append(f"torch's own call at the point of tkreg's first call: a process of its own made the same calls, "
+                    f"and torch's call of each shape right before tkreg's first (its first of the shape since the first "
+                    f"pass). Of the {len(missed)} tkreg first calls over 2x a warm call as a model would call them, "
+                    f"torch's was over 2x there too on {also}.")  # fmt: skip
+    counted = [r for r in cold if _is_number(r.get("device_allocs"))]
+    if counted:
+        grew = sum(r["device_allocs"] > 0 for r in counted)
+        said.append(f"{grew} of the {len(counted)} tkreg first calls took memory from the driver (every shape's "
+                    f"inputs were made first).")  # fmt: skip
     spread = [r for r in cold if _is_number(r.get("warm_over_2x")) and _is_number(r.get("warm_calls"))]
     if spread:  # the base rate of a one-sample miss (.bench.dispatch.cold._first_and_warm)
         said.append(f"A first call is one sample: of the warm calls behind the medians, each also one sample, "
@@ -527,32 +558,8 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
     if any(_after_work(r) for r in cold):
         work = ("ten of the previous shape's calls, as each first call came right after the previous shape's warm calls"
                 if peers_first else "ten of the peer's calls, as the first call was")  # fmt: skip
-        said.append("A call made right after other work costs more than one of a run of calls (the host's caches "
-                    "and clock), so each first call is also compared with a warm call made after the same work: "
-                    f"right after {work} (median of three).")  # fmt: skip
-    return " ".join(said)
-
-
-def _at_same_point(cold: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What torch's own call of each shape cost at the point of the sequence where tkreg's first
-    call came (a process of its own, .bench.dispatch.cold.same_point), and how many first calls
-    grew the allocator's pool, where the record says."""
-    said = []
-    plain = [r for r in cold if not r.get("warmed")]
-    here = [r for r in plain if _is_number(r.get("torch_at_same_point_us")) and r.get("torch_warm_us")]
-    if here:
-        over = [r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in here]
-        missed = [o for r, o in zip(here, over) if r["first_us"] > 2 * r["warm_us"]]
-        said.append(f"torch's own call of each shape at the point of the same sequence where tkreg's first call came, in a "
-                    f"process of its own (its first call of the shape since the first pass, after tkreg's calls of the "
-                    f"shape before), was within 2x of its warm call on {over.count(False)} of {len(here)}; of the "
-                    f"{len(missed)} first calls of the process calling shapes as a model would that took over 2x a warm "
-                    f"call, torch's own call there took over 2x its warm call too on {sum(missed)}.")  # fmt: skip
-    counted = [r for r in cold if _is_number(r.get("device_allocs"))]
-    if counted:
-        grew = sum(r["device_allocs"] > 0 for r in counted)
-        said.append(f"{grew} of the {len(counted)} first calls took memory from the driver (the caching allocator's "
-                    f"pool grew); every shape's inputs were made before any call.")  # fmt: skip
+        said.append("A call right after other work costs more than one of a run of calls (the host's caches and "
+                    f"clock): a warm call after the same work is one right after {work} (median of three).")  # fmt: skip
     return said
 
 
@@ -581,12 +588,6 @@ def _preloaded(rows: Sequence[Mapping[str, Any]]) -> str:
     left = f", {said['left']} left to their first calls" if said.get("left") else ""
     return (f"its first call, the process's first through tkreg.ops, loaded {said.get('signatures')} remembered "
             f"kernel signatures ahead in {said.get('seconds')} s{left}")  # fmt: skip
-
-
-def _after_same_work(group: Sequence[Mapping[str, Any]]) -> str:
-    """How many first calls of ``group`` are within 2x of a warm call made after the same work."""
-    after = [r["first_us"] / _after_work(r) for r in group if _after_work(r)]
-    return f"; within 2x of a warm call after the same work on {sum(x <= 2.0 for x in after)} of {len(after)}" if after else ""
 
 
 def _after_work(row: Mapping[str, Any], prefix: str = "") -> float | None:

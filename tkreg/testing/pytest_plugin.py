@@ -369,18 +369,12 @@ def _reporter(message: str) -> Callable[[], None]:
 def _item_callable(state: Any, spec: Any, clock: Any) -> Callable[..., None]:
     from . import runners
 
-    if spec.kind == "correctness":
-
-        def tkreg_correctness() -> None:
-            runners.run_correctness(state, spec)
-
-        return tkreg_correctness
     if spec.kind in runners.SETTLED_KINDS:
 
         def settled() -> None:
             runners.run_settled(state, spec)
 
-        settled.__name__ = settled.__qualname__ = f"tkreg_{spec.kind}"  # tkreg_compile, tkreg_autocast, ...
+        settled.__name__ = settled.__qualname__ = f"tkreg_{spec.kind}"  # tkreg_correctness, tkreg_compile, ...
         return settled
 
     def tkreg_bench(benchmark: Any) -> None:

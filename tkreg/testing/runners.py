@@ -219,16 +219,13 @@ def _settle(session: Session, spec: ItemSpec) -> Outcome:
     pytest.fail(text, pytrace=False)
 
 
-def run_correctness(session: Session, spec: ItemSpec) -> None:
-    _settle(session, spec)
-
-
 # Item kinds whose job's outcome is the whole item: it passes, fails or skips as its job did.
-SETTLED_KINDS = ("compile", "autocast", "direct")
+SETTLED_KINDS = ("correctness", "compile", "autocast", "direct")
 
 
 def run_settled(session: Session, spec: ItemSpec) -> None:
-    """An item of SETTLED_KINDS: a compile check, an autocast or a peer_direct check."""
+    """An item of SETTLED_KINDS: a correctness check, a compile check, an autocast or a
+    peer_direct check."""
     _settle(session, spec)
 
 

@@ -185,3 +185,27 @@ def test_a_cold_process_left_no_time_says_so_in_the_rows() -> None:
     rows = cold.cold_process([sig], 0.0)
     assert [r["warmed"] for r in rows] == [False, True] and all("too little left" in r["error"] for r in rows)
     assert cold.cold_process([], 30.0) == []
+
+
+def test_a_cold_process_that_fails_or_runs_late_says_so_and_the_rest_keep_their_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import subprocess
+
+    from tkreg.bench.calls import Signature
+    from tkreg.ops import remembered
+
+    row = {"check": "cold", "op": "add", "shape": "4x4", "dtype": "float32", "variant": "", "first_us": 30.0, "warm_us": 20.0}
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        code = command[2]
+        if "torch_here=True" in code:
+            raise subprocess.TimeoutExpired(command, 1.0)
+        if "warmed=True" in code:
+            return subprocess.CompletedProcess(command, 1, "", "Traceback: boom\n")
+        return subprocess.CompletedProcess(command, 0, json.dumps([{**row, "warmed": False}]) + "\n", "")
+
+    monkeypatch.setattr(cold.subprocess, "run", run)
+    monkeypatch.setattr(remembered, "flush", lambda: None)
+    rows = cold.cold_process([Signature.of("add", {"M": 4, "N": 4}, "float32", "")], 30.0)
+    assert rows[0]["first_us"] == 30.0 and "torch_at_same_point_us" not in rows[0]  # the late third process adds nothing
+    assert rows[1] == {"check": "cold", "warmed": True, "error": "Traceback: boom"} and len(rows) == 2

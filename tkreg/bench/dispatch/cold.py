@@ -43,18 +43,14 @@ def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict
                 f"print(json.dumps(cold_calls(sys.argv[1], warmed={warmed}, torch_here={torch_here})))")  # fmt: skip
         try:
             done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=timeout_s / 3)
+            failed = done.stderr.strip()[-500:] if done.returncode != 0 else None
         except subprocess.TimeoutExpired:
-            late = f"the cold process did not finish within {timeout_s / 3:.0f} s"
-            if torch_here:
-                say(f"  cold, torch's calls at the same points: {late}")
+            failed = f"the cold process did not finish within {timeout_s / 3:.0f} s"
+        if failed is not None:
+            if torch_here:  # its rows only add to the first process's: said, and those rows go without
+                say(f"  cold, torch's calls at the same points gave nothing: {failed}")
             else:
-                rows.append({"check": "cold", "warmed": warmed, "error": late})
-            continue
-        if done.returncode != 0:
-            if torch_here:
-                say(f"  cold, torch's calls at the same points failed: {done.stderr.strip()[-500:]}")
-            else:
-                rows.append({"check": "cold", "warmed": warmed, "error": done.stderr.strip()[-500:]})
+                rows.append({"check": "cold", "warmed": warmed, "error": failed})
             continue
         got = json.loads(done.stdout.strip().splitlines()[-1])
         if torch_here:

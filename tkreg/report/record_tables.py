@@ -507,16 +507,17 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
     if torch_first:
         when = "in a pass before tkreg's" if peers_first else "just before tkreg's"
         body.append(_cold_row(f"torch's own first call, {when}", "every shape", torch_first))
-    here = [(r["torch_at_same_point_us"], r["torch_warm_us"], None) for r in plain
-            if _is_number(r.get("torch_at_same_point_us")) and r.get("torch_warm_us")]  # fmt: skip
+    here = [r for r in plain if _is_number(r.get("torch_at_same_point_us")) and r.get("torch_warm_us")]
     if here:
-        body.append(_cold_row("torch's own call at the point of tkreg's first call", "every shape", here))
+        firsts = [(r["torch_at_same_point_us"], r["torch_warm_us"], None) for r in here]
+        body.append(_cold_row("torch's own call at the point of tkreg's first call", "every shape", firsts))
     if not body:
         return ""
     headers = ["calls", "shapes", "count", "first call within 2x of a warm call",
                "within 2x of a warm call after the same work", "first / warm (median)", "range"]  # fmt: skip
     text = " ".join(said) + "\n\n" + table(headers, body, [False, False, True, True, True, True, False])
-    notes = " ".join(_cold_notes(cold, plain, peers_first))
+    torch_timed = any(_is_number(r.get("torch_first_us")) for r in plain)
+    notes = " ".join(_cold_notes(cold, torch_timed, here, peers_first))
     return text + ("\n\n" + notes if notes else "")
 
 
@@ -529,15 +530,17 @@ def _cold_row(calls: str, shapes: str, firsts: Sequence[tuple[float, float, floa
             _spread(ratios)]  # fmt: skip
 
 
-def _cold_notes(cold: Sequence[Mapping[str, Any]], plain: Sequence[Mapping[str, Any]], peers_first: bool) -> list[str]:
-    """What the cold-process table leans on: the order of the calls, what the misses had in
-    common with torch's own calls, the driver's allocations and the base rate of a one-sample miss."""
+def _cold_notes(
+    cold: Sequence[Mapping[str, Any]], torch_timed: bool, here: Sequence[Mapping[str, Any]], peers_first: bool
+) -> list[str]:
+    """What the cold-process table leans on: the order of the calls (where torch's first calls
+    were timed), what the misses had in common with torch's own calls at the same point (the rows
+    ``here`` that have one), the driver's allocations and the base rate of a one-sample miss."""
     said = []
-    if any(_is_number(r.get("torch_first_us")) for r in plain):
+    if torch_timed:
         said.append("The peer's own first and warm calls of every shape came first, in a pass of their own; then "
                     "tkreg's, each right after the previous shape's warm calls." if peers_first else
                     "Each tkreg first call came right after the peer's own first and warm calls of the shape.")  # fmt: skip
-    here = [r for r in plain if _is_number(r.get("torch_at_same_point_us")) and r.get("torch_warm_us")]
     if here:
         missed = [r for r in here if r["first_us"] > 2 * r["warm_us"]]
         also = sum(r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in missed)

@@ -124,9 +124,9 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
 
     made: list[str] = []
 
-    def first_and_warm(call: Callable[[], object]) -> tuple[float, float, int]:
+    def first_and_warm(call: Callable[[], object]) -> cold._Timed:
         made.append(getattr(call, "side", "tkreg"))
-        return 30.0, 10.0, 0
+        return cold._Timed(30.0, 10.0, 0, 12.0, 5.0)
 
     def peer_call(op: object, inputs: object, out: object) -> Callable[[], None]:
         def call() -> None:
@@ -159,23 +159,28 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
     assert "warm_after_same_work_us" not in rows[0] and rows[1]["warm_after_same_work_us"] == 20.0
     assert rows[2]["torch_warm_after_same_work_us"] == 20.0 and rows[0]["first_us"] == 30.0
     assert all(r["device_allocs"] == 0 for r in rows) and not any("torch_here_us" in r for r in rows)
+    assert rows[0]["first_host_us"] == 12.0 and rows[0]["warm_host_us"] == 5.0 and rows[0]["torch_warm_host_us"] == 5.0
 
     # torch's own call of each shape right before tkreg's first call, and nothing timed after
     made.clear()
     after.clear()
     once: list[str] = []
-    monkeypatch.setattr(cold, "_once", lambda call: once.append(made[-1] if made else "") or 40.0)
+    monkeypatch.setattr(cold, "_split", lambda call: once.append(made[-1] if made else "") or (40.0, 15.0))
     here = cold.cold_calls(payload, torch_here=True)
     assert made == ["peer"] * 3 + ["tkreg"] * 3 and once == ["peer", "tkreg", "tkreg"] and after == []
     assert [r["torch_here_us"] for r in here] == [40.0] * 3 and not any("source" in r for r in here)
+    assert [r["torch_here_host_us"] for r in here] == [15.0] * 3
 
 
 def test_torch_at_the_same_point_joins_the_rows_of_the_same_shapes_only() -> None:
     rows = [{"op": "add", "shape": "4x4", "dtype": "float32", "variant": ""},
             {"op": "add", "shape": "8x8", "dtype": "float32", "variant": ""}]  # fmt: skip
-    here = [{**rows[0], "torch_here_us": 31.0}, {**rows[1], "shape": "9x9", "torch_here_us": 5.0}]
+    here = [{**rows[0], "torch_here_us": 31.0, "torch_here_host_us": 12.0, "first_us": 25.0, "warm_us": 20.0},
+            {**rows[1], "shape": "9x9", "torch_here_us": 5.0, "first_us": 9.0}]  # fmt: skip
     cold.same_point(rows, here)
-    assert rows[0]["torch_at_same_point_us"] == 31.0 and "torch_at_same_point_us" not in rows[1]
+    assert rows[0]["torch_at_same_point_us"] == 31.0 and rows[0]["torch_at_same_point_host_us"] == 12.0
+    assert rows[0]["first_after_torch_at_same_point_us"] == 25.0 and rows[0]["warm_in_same_point_process_us"] == 20.0
+    assert not any(key.endswith("same_point_us") or "same_point_process" in key for key in rows[1])
 
 
 def test_a_cold_process_left_no_time_says_so_in_the_rows() -> None:

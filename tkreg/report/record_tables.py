@@ -535,7 +535,8 @@ def _cold_notes(
 ) -> list[str]:
     """What the cold-process table leans on: the order of the calls (where torch's first calls
     were timed), what the misses had in common with torch's own calls at the same point (the rows
-    ``here`` that have one), the driver's allocations and the base rate of a one-sample miss."""
+    ``here`` that have one) and tkreg's first calls in that process, the host's part of the first
+    calls' cost, the driver's allocations and the base rate of a one-sample miss."""
     said = []
     if torch_timed:
         said.append("The peer's own first and warm calls of every shape came first, in a pass of their own; then "
@@ -548,6 +549,15 @@ def _cold_notes(
                     f"and torch's call of each shape right before tkreg's first (its first of the shape since the first "
                     f"pass). Of the {len(missed)} tkreg first calls over 2x a warm call as a model would call them, "
                     f"torch's was over 2x there too on {also}.")  # fmt: skip
+    same_process = [r for r in here if _is_number(r.get("first_after_torch_at_same_point_us"))
+                    and r.get("warm_in_same_point_process_us")]  # fmt: skip
+    if same_process:
+        within = sum(r["first_after_torch_at_same_point_us"] <= 2 * r["warm_in_same_point_process_us"] for r in same_process)
+        said.append(f"In that process, tkreg's first call right after torch's was within 2x of a warm call on {within} "
+                    f"of {len(same_process)}.")  # fmt: skip
+    host = _host_part(cold)
+    if host:
+        said.append(host)
     counted = [r for r in cold if _is_number(r.get("device_allocs"))]
     if counted:
         grew = sum(r["device_allocs"] > 0 for r in counted)
@@ -564,6 +574,23 @@ def _cold_notes(
         said.append("A call right after other work costs more than one of a run of calls (the host's caches and "
                     f"clock): a warm call after the same work is one right after {work} (median of three).")  # fmt: skip
     return said
+
+
+def _host_part(cold: Sequence[Mapping[str, Any]]) -> str:
+    """How much of what tkreg's first calls cost over a warm call the host paid (to the call's
+    return), per cold process, leaving out the process's first call (which preloads), where the
+    record timed the host's part."""
+    parts = []
+    for warmed in (False, True):
+        mine = [r for r in cold if bool(r.get("warmed")) is warmed and _is_number(r.get("first_host_us"))][1:]
+        if mine:
+            host = sorted(r["first_host_us"] - r["warm_host_us"] for r in mine)
+            total = sorted(r["first_us"] - r["warm_us"] for r in mine)
+            parts.append(f"{_median(host):.1f} of {_median(total):.1f} us {_cold_process(warmed)}")
+    if not parts:
+        return ""
+    return ("Of what a first call cost over a warm call (median over the shapes, the process's first call left out), "
+            f"the host's part, to the call's return, was {' and '.join(parts)}.")  # fmt: skip
 
 
 def _cold_process(warmed: bool) -> str:

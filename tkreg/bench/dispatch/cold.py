@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...core.loading import default_registry
 from ..calls import Signature, make_inputs, peer_call, say
@@ -80,8 +80,9 @@ class _Shape:
 def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> None:
     """Give each row of the process calling shapes as a model would torch's own call of its shape
     made at the same point of the same sequence in a process of its own (``here``, from
-    ``cold_calls(torch_here=True)``), as ``torch_at_same_point_us``; rows of another shape than
-    the one at their position get none."""
+    ``cold_calls(torch_here=True)``), as ``torch_at_same_point_us`` (its host part too), and that
+    process's tkreg first call right after it and warm call; rows of another shape than the one at
+    their position get none."""
 
     def signature(row: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(row.get(name) for name in ("op", "shape", "dtype", "variant"))
@@ -89,6 +90,10 @@ def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> No
     for row, other in zip(rows, here):
         if signature(row) == signature(other) and "torch_here_us" in other:
             row["torch_at_same_point_us"] = other["torch_here_us"]
+            row["torch_at_same_point_host_us"] = other.get("torch_here_host_us")
+            # that process's tkreg first call, right after torch's: the same point, the same process
+            row["first_after_torch_at_same_point_us"] = other.get("first_us")
+            row["warm_in_same_point_process_us"] = other.get("warm_us")
 
 
 def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> list[dict[str, Any]]:
@@ -150,18 +155,21 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
         shape.peer = peer_call(registry.op(shape.op), shape.inputs, None)  # as torch code calls it
         if shape.peer is not None:
             allocs = _device_allocs()
-            first, warm, _ = _first_and_warm(shape.peer)
-            shape.row.update(torch_first_us=round(first, 1), torch_warm_us=round(warm, 1),
+            timed = _first_and_warm(shape.peer)
+            shape.row.update(torch_first_us=round(timed.first, 1), torch_warm_us=round(timed.warm, 1),
+                             torch_first_host_us=round(timed.first_host, 1), torch_warm_host_us=round(timed.warm_host, 1),
                              torch_device_allocs=_device_allocs() - allocs)  # fmt: skip
     for shape in shapes:  # then tkreg's, one shape after another
         if torch_here and shape.peer is not None:
-            shape.row["torch_here_us"] = round(_once(shape.peer), 1)
+            total, host = _split(shape.peer)
+            shape.row.update(torch_here_us=round(total, 1), torch_here_host_us=round(host, 1))
         plans = ops._installed["dispatchers"][shape.op]._plans
         before, planned_before, allocs = counted["n"], len(plans), _device_allocs()
-        first, warm, spread = _first_and_warm(shape.call)
-        shape.row.update(first_us=round(first, 1), warm_us=round(warm, 1), warm_over_2x=spread, warm_calls=WARM_CALLS,
-                         timing_calls=counted["n"] - before, planned=len(plans) > planned_before,
-                         device_allocs=_device_allocs() - allocs)  # fmt: skip
+        timed = _first_and_warm(shape.call)
+        shape.row.update(first_us=round(timed.first, 1), warm_us=round(timed.warm, 1), warm_over_2x=timed.warm_over_2x,
+                         warm_calls=WARM_CALLS, first_host_us=round(timed.first_host, 1),
+                         warm_host_us=round(timed.warm_host, 1), timing_calls=counted["n"] - before,
+                         planned=len(plans) > planned_before, device_allocs=_device_allocs() - allocs)  # fmt: skip
     rows = [shape.row for shape in shapes]
     if torch_here:
         return rows
@@ -200,25 +208,43 @@ def _device_allocs() -> int:
     return int(torch.cuda.memory_stats().get("num_device_alloc", 0))
 
 
-def _first_and_warm(call: Callable[[], Any], warm_calls: int = WARM_CALLS) -> tuple[float, float, int]:
-    """A call's first time and the median of ``warm_calls`` more (us), each synchronized, and how
-    many of those warm calls took over twice their median: the first call is one sample, and a
-    warm call sampled once misses 2x at some rate too, which says how much of the first calls'
-    misses the host's jitter alone accounts for."""
-    times = [_once(call) for _ in range(warm_calls + 1)]
-    warm = statistics.median(times[1:])
-    return times[0], warm, sum(t > 2 * warm for t in times[1:])
+class _Timed(NamedTuple):
+    """A call's first time and its warm calls' (us): the whole call, synchronized, and the host's
+    part of it, to the call's return (the rest is the GPU's, or the host waiting on it)."""
+
+    first: float
+    warm: float  # the median of the warm calls
+    warm_over_2x: int  # warm calls that took over twice the median
+    first_host: float
+    warm_host: float  # the median of the warm calls' host parts
+
+
+def _first_and_warm(call: Callable[[], Any], warm_calls: int = WARM_CALLS) -> _Timed:
+    """A call's first time and the median of ``warm_calls`` more, each synchronized, with their
+    host parts, and how many of those warm calls took over twice their median: the first call is
+    one sample, and a warm call sampled once misses 2x at some rate too, which says how much of
+    the first calls' misses the host's jitter alone accounts for."""
+    times = [_split(call) for _ in range(warm_calls + 1)]
+    warm = statistics.median(total for total, _ in times[1:])
+    warm_host = statistics.median(host for _, host in times[1:])
+    return _Timed(times[0][0], warm, sum(total > 2 * warm for total, _ in times[1:]), times[0][1], warm_host)
 
 
 def _once(call: Callable[[], Any]) -> float:
     """One call, synchronized before and after (us)."""
+    return _split(call)[0]
+
+
+def _split(call: Callable[[], Any]) -> tuple[float, float]:
+    """One call, synchronized before and after, and the host's part of it, to its return (us)."""
     import torch
 
     torch.cuda.synchronize()
     start = time.perf_counter()
     call()
+    returned = time.perf_counter()
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e6
+    return (time.perf_counter() - start) * 1e6, (returned - start) * 1e6
 
 
 def _source(op: str, inputs: tuple[Any, ...]) -> str:

@@ -255,7 +255,7 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "| torch's own first call, just before tkreg's | every shape | 2 | 1 | 2 of 2 | 2.5x | 1.5x to 2.5x |" in text
     assert "preloaded" not in text and "loaded 2" not in text  # older records do not say
     assert "each also one sample" not in text  # older records kept no warm calls' spread
-    assert "a warm call after the same work is one right after ten of the peer's calls, as the first call was" in text
+    assert "A warm call after the same work is one right after ten of the peer's calls, as the first call was" in text
     for row, over in zip(dispatch["rows"], (0, 3, 1)):
         row.update(warm_over_2x=over, warm_calls=10)
     assert "each also one sample, 4 of 30 took over twice their shape's median." in dispatch_table(dispatch)
@@ -297,15 +297,15 @@ def test_suite_tables_read_the_suites_rows() -> None:
     said = "Of the 1 tkreg first calls over 2x a warm call as a model would call them, torch's was over 2x there too on 1."
     assert said in text
     assert "1 of the 3 tkreg first calls took memory from the driver" in text
-    assert "In that process" not in text and "the host's part" not in text  # records before either was kept
+    assert "There, tkreg" not in text and "The host's part" not in text  # records before either was kept
     # rows 0-1: the model process, row 2 the warmed one; each process's first call is left out of the host's part
     same_process, hosts = ((25.0, 10.0), (30.0, 20.0), (None, None)), ((9.0, 5.0), (14.0, 6.0), (8.0, 5.0))
     for row, same, host in zip(dispatch["rows"], same_process, hosts):
         row.update(first_after_torch_at_same_point_us=same[0], warm_in_same_point_process_us=same[1],
                    first_host_us=host[0], warm_host_us=host[1])  # fmt: skip
     text = dispatch_table(dispatch)
-    assert "In that process, tkreg's first call right after torch's was within 2x of a warm call on 1 of 2." in text
-    assert "the host's part, to the call's return, was 8.0 of 2980.0 us calling each shape as a model would." in text
+    assert "There, tkreg's first call right after torch's was within 2x of a warm call on 1 of 2." in text
+    assert "a warm call (median; the process's first left out): 8.0 of 2980.0 us calling each shape as a model would." in text
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

@@ -545,15 +545,14 @@ def _cold_notes(
     if here:
         missed = [r for r in here if r["first_us"] > 2 * r["warm_us"]]
         also = sum(r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in missed)
-        said.append(f"torch's own call at the point of tkreg's first call: a process of its own made the same calls, "
-                    f"and torch's call of each shape right before tkreg's first (its first of the shape since the first "
-                    f"pass). Of the {len(missed)} tkreg first calls over 2x a warm call as a model would call them, "
-                    f"torch's was over 2x there too on {also}.")  # fmt: skip
+        said.append(f"torch's own call at the point of tkreg's first call was made by a process of its own making the same "
+                    f"calls, right before tkreg's first call of the shape. Of the {len(missed)} tkreg first calls over 2x "
+                    f"a warm call as a model would call them, torch's was over 2x there too on {also}.")  # fmt: skip
     same_process = [r for r in here if _is_number(r.get("first_after_torch_at_same_point_us"))
                     and r.get("warm_in_same_point_process_us")]  # fmt: skip
     if same_process:
         within = sum(r["first_after_torch_at_same_point_us"] <= 2 * r["warm_in_same_point_process_us"] for r in same_process)
-        said.append(f"In that process, tkreg's first call right after torch's was within 2x of a warm call on {within} "
+        said.append(f"There, tkreg's first call right after torch's was within 2x of a warm call on {within} "
                     f"of {len(same_process)}.")  # fmt: skip
     host = _host_part(cold)
     if host:
@@ -571,8 +570,8 @@ def _cold_notes(
     if any(_after_work(r) for r in cold):
         work = ("ten of the previous shape's calls, as each first call came right after the previous shape's warm calls"
                 if peers_first else "ten of the peer's calls, as the first call was")  # fmt: skip
-        said.append("A call right after other work costs more than one of a run of calls (the host's caches and "
-                    f"clock): a warm call after the same work is one right after {work} (median of three).")  # fmt: skip
+        said.append(f"A warm call after the same work is one right after {work} (median of three): a call after other "
+                    "work costs more than one of a run of calls.")  # fmt: skip
     return said
 
 
@@ -589,8 +588,7 @@ def _host_part(cold: Sequence[Mapping[str, Any]]) -> str:
             parts.append(f"{_median(host):.1f} of {_median(total):.1f} us {_cold_process(warmed)}")
     if not parts:
         return ""
-    return ("Of what a first call cost over a warm call (median over the shapes, the process's first call left out), "
-            f"the host's part, to the call's return, was {' and '.join(parts)}.")  # fmt: skip
+    return f"The host's part of a first call's cost over a warm call (median; the process's first left out): {', '.join(parts)}."
 
 
 def _cold_process(warmed: bool) -> str:

@@ -297,14 +297,14 @@ def test_suite_tables_read_the_suites_rows() -> None:
     said = "Of the 1 tkreg first calls over 2x a warm call as a model would call them, torch's was over 2x there too on 1."
     assert said in text
     assert "1 of the 3 tkreg first calls took memory from the driver" in text
-    assert "There, tkreg" not in text and "The host's part" not in text  # records before either was kept
+    assert "In that process" not in text and "The host's part" not in text  # records before either was kept
     # rows 0-1: the model process, row 2 the warmed one; each process's first call is left out of the host's part
     same_process, hosts = ((25.0, 10.0), (30.0, 20.0), (None, None)), ((9.0, 5.0), (14.0, 6.0), (8.0, 5.0))
     for row, same, host in zip(dispatch["rows"], same_process, hosts):
         row.update(first_after_torch_at_same_point_us=same[0], warm_in_same_point_process_us=same[1],
                    first_host_us=host[0], warm_host_us=host[1])  # fmt: skip
     text = dispatch_table(dispatch)
-    assert "There, tkreg's first call right after torch's was within 2x of a warm call on 1 of 2." in text
+    assert "In that process, tkreg's first call right after torch's was within 2x of a warm call on 1 of 2." in text
     assert "a warm call (median; the process's first left out): 8.0 of 2980.0 us calling each shape as a model would." in text
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]

@@ -552,7 +552,7 @@ def _cold_notes(
                     and r.get("warm_in_same_point_process_us")]  # fmt: skip
     if same_process:
         within = sum(r["first_after_torch_at_same_point_us"] <= 2 * r["warm_in_same_point_process_us"] for r in same_process)
-        said.append(f"There, tkreg's first call right after torch's was within 2x of a warm call on {within} "
+        said.append(f"In that process, tkreg's first call right after torch's was within 2x of a warm call on {within} "
                     f"of {len(same_process)}.")  # fmt: skip
     host = _host_part(cold)
     if host:

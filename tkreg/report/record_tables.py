@@ -516,8 +516,7 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
     headers = ["calls", "shapes", "count", "first call within 2x of a warm call",
                "within 2x of a warm call after the same work", "first / warm (median)", "range"]  # fmt: skip
     text = " ".join(said) + "\n\n" + table(headers, body, [False, False, True, True, True, True, False])
-    torch_timed = any(_is_number(r.get("torch_first_us")) for r in plain)
-    notes = " ".join(_cold_notes(cold, torch_timed, here, peers_first))
+    notes = " ".join(_cold_notes(cold, bool(torch_first), here, peers_first))
     return text + ("\n\n" + notes if notes else "")
 
 

@@ -226,6 +226,34 @@ def test_recent_plans_are_found_as_the_table_finds_them(key_mode: str, monkeypat
     assert len(mul._plans) == len(shapes) and len(rms._plans) == len(eps_values)
 
 
+def test_a_plans_calls_set_anew_reach_the_very_next_call(key_mode: str) -> None:
+    """The C++ call keeps a plan's calls in its memo, not the plan: setting ``returned`` or
+    ``gradient_call`` on the plan (as a capture's switch or a first call that decides the peer's
+    way does) reaches the next call of that signature, in either order of calls and signatures."""
+    mul = tkreg.ops._installed["dispatchers"]["toy_mul"]
+    x, y, other = torch.randn(4, 5), torch.randn(4, 5), torch.randn(2, 3)
+    with torch.no_grad():
+        for _ in range(3):  # planned, then found in the table, then in the memo
+            tkreg.ops.toy_mul(x, y)
+        tkreg.ops.toy_mul(other, other)  # another signature in between: the memo's last slot moves
+    plan = mul._plans[keys.tensors_key([x, y])]
+    own, ran = plan.returned, []
+    plan.returned = lambda a, b: ran.append("swapped") or own(a, b) * 0
+    with torch.no_grad():
+        assert not tkreg.ops.toy_mul(x, y).any() and ran == ["swapped"]
+        plan.returned = own
+        torch.testing.assert_close(tkreg.ops.toy_mul(x, y), x * y, rtol=0, atol=0)
+    assert ran == ["swapped"]
+    rms = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]  # an op with gradients
+    w = torch.randn(5, requires_grad=True)
+    for _ in range(3):
+        expected = tkreg.ops.toy_rms_norm(x, w)
+    (planned,) = list(rms._plans.values())
+    planned.gradient_call = lambda a, b: ran.append("gradient") or expected
+    assert tkreg.ops.toy_rms_norm(x, w) is expected
+    assert ran == ["swapped", "gradient"]
+
+
 def test_a_plan_given_under_a_key_that_had_another_empties_the_memo() -> None:
     table = keys.PlanTable(has_params=False)
     x = torch.randn(3, 3)

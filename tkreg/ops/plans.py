@@ -9,10 +9,14 @@ from typing import Any
 
 from ..core.registry import Ranking
 from ..core.specs import Op
+from . import native
 from .forms import KernelView, OutputLayout
 from .replaying import Replayer
 
 PLAN_CACHE_SIZE = 4096  # signatures remembered per op (and direction) before the cache starts over
+# The calls tkreg.ops' C++ fast path keeps in its memo (fast_call.cpp): setting either on any plan
+# empties every memo, so the next call reads them from its plan again.
+MEMOIZED_CALLS = frozenset({"returned", "gradient_call"})
 
 
 class Params:
@@ -85,6 +89,11 @@ class Plan:
     graphed_returned_only: bool = False
     # its own run and returned, where a capture switches ``run`` and ``returned`` to ``graphed``'s
     eager_calls: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in MEMOIZED_CALLS:
+            native.plans_changed()
 
     def describe(self, op: str) -> str:
         if self.launchers:

@@ -66,6 +66,14 @@ def reordered_maker() -> Callable[..., Any] | None:
     return getattr(module, "reordered", None) if module is not None else None
 
 
+def plans_changed() -> None:
+    """A plan's ``returned`` or ``gradient_call`` was set: every planned call's memo starts over
+    (see fast_call.cpp). Nothing where the extension is not in use."""
+    module = _load()[0]
+    if module is not None:
+        module.plans_changed()
+
+
 def status() -> str:
     """Whether the C++ key is in use, and if not, why: a line for ``tkreg doctor``."""
     return _load()[1]

@@ -12,11 +12,15 @@
 // wants a gradient, the plan's ``gradient_call`` takes the call if it has one and no input the op
 // gives no gradient wants one. Anything else goes to ``slow(inputs, params)``, the checked path.
 //
-// The plan is found in a memo of the last plans found (MEMO_SLOTS, by the key's words: the
-// tensors' fields, then the parameter values' bits) before the table: the bytes key, its hash and
-// the dict lookup cost an H200 host 0.15-0.4 us a call (2026-11-28), 2-4% of a launch-bound call.
-// The table's ``epoch`` (a bytearray of 8; tkreg/ops/keys.py PlanTable) changes whenever the table
-// starts over or a key gets another plan, which empties the memo.
+// The plan's calls are found in a memo of the last plans found (MEMO_SLOTS, by the key's words:
+// the tensors' fields, then the parameter values' bits) before the table: the bytes key, its hash
+// and the dict lookup cost an H200 host 0.15-0.4 us a call (2026-11-28), 2-4% of a launch-bound
+// call. A slot keeps the plan's ``returned`` and ``gradient_call`` themselves, not the plan: their
+// two attribute lookups cost a CPU host about 50 ns a call. The slot the last call used is tried
+// before the key is hashed. The table's ``epoch`` (a bytearray of 8; tkreg/ops/keys.py PlanTable)
+// changes whenever the table starts over or a key gets another plan, and the plans' generation
+// (``plans_changed()``, which tkreg/ops/plans.py Plan calls when either attribute is set on any
+// plan) whenever a plan's calls change; either empties the memo.
 //
 // Under torch.autocast the call first casts its inputs as the op declares (``autocast``: the
 // policy codes on CUDA and the CPU, autocast.cpp), then takes the same path with autocast off; an
@@ -49,10 +53,16 @@ constexpr Py_ssize_t kPaddedOnStack = 16;  // inputs and parameter values of a c
 struct MemoSlot {
   uint64_t hash = 0;
   uint64_t epoch = 0;
+  uint64_t generation = 0;
   Py_ssize_t length = 0;  // words in use; 0: empty
   int64_t words[kMemoWords];
-  PyObject* plan = nullptr;  // a strong reference
+  PyObject* returned = nullptr;  // the plan's calls when the slot was filled (strong references)
+  PyObject* gradient = nullptr;
 };
+
+// Bumped whenever any plan's ``returned`` or ``gradient_call`` is set (plans_changed()): a memo
+// slot filled in another generation is empty.
+uint64_t plan_generation = 1;
 
 struct FastCall {
   PyObject_HEAD
@@ -66,6 +76,7 @@ struct FastCall {
   int autocast[2];     // the op's autocast policy codes on CUDA and on the CPU (native.h)
   Py_ssize_t required; // inputs a call must pass; the rest (optional) are None where left out
   MemoSlot* memo;      // kMemoSlots slots
+  Py_ssize_t last;     // the slot the last call found its plan's calls in
   std::string* name;
   std::string* doc;
   PyMethodDef def;
@@ -83,7 +94,10 @@ int traverse(PyObject* self_obj, visitproc visit, void* arg) {
   Py_VISIT(self->defaults);
   Py_VISIT(self->epoch);
   if (self->memo != nullptr) {
-    for (Py_ssize_t i = 0; i < kMemoSlots; ++i) Py_VISIT(self->memo[i].plan);
+    for (Py_ssize_t i = 0; i < kMemoSlots; ++i) {
+      Py_VISIT(self->memo[i].returned);
+      Py_VISIT(self->memo[i].gradient);
+    }
   }
   return 0;
 }
@@ -98,7 +112,8 @@ int clear(PyObject* self_obj) {
   Py_CLEAR(self->epoch);
   if (self->memo != nullptr) {
     for (Py_ssize_t i = 0; i < kMemoSlots; ++i) {
-      Py_CLEAR(self->memo[i].plan);
+      Py_CLEAR(self->memo[i].returned);
+      Py_CLEAR(self->memo[i].gradient);
       self->memo[i].length = 0;
     }
   }
@@ -220,19 +235,27 @@ uint64_t epoch_of(FastCall* self) {
   return epoch;
 }
 
-// The plan kept for this call (a new reference), or nullptr with no exception set where the call
-// is not one the fast path takes: from the memo, else from the table (and then kept in the memo).
-PyObject* plan_of(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+// Whether a slot holds the calls of the plan kept under these words, in this epoch and generation.
+bool slot_holds(const MemoSlot& slot, const KeyWords& words, uint64_t epoch) {
+  return slot.length == words.used && slot.epoch == epoch && slot.generation == plan_generation &&
+         std::memcmp(slot.words, words.data, words.used * sizeof(int64_t)) == 0;
+}
+
+// The calls of the plan kept for this call (``returned`` and ``gradient``, new references): 1 where
+// found, from the memo, else from the table (and then kept in the memo); 0, with no exception set,
+// where the call is not one the fast path takes; -1 on an error.
+int calls_of(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** returned,
+             PyObject** gradient) {
   const bool has_params = PyTuple_GET_SIZE(self->names) > 0;
   const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
-  if (nkw > 0 && !has_params) return nullptr;
+  if (nkw > 0 && !has_params) return 0;
   KeyWords words;
-  if (!tkreg_key_words(args, nargs, words)) return nullptr;
+  if (!tkreg_key_words(args, nargs, words)) return 0;
   const Py_ssize_t tensor_words = words.used;
   PyObject* values = nullptr;  // a new reference, where the op has parameters
   if (has_params) {
     values = nkw > 0 ? given_values(self, args + nargs, kwnames) : Py_NewRef(self->defaults);
-    if (values == nullptr) return nullptr;
+    if (values == nullptr) return 0;
   }
   bool memo_key = true;
   for (Py_ssize_t i = 0; values != nullptr && memo_key && i < PyTuple_GET_SIZE(values); ++i) {
@@ -241,13 +264,18 @@ PyObject* plan_of(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObj
   MemoSlot* slot = nullptr;
   uint64_t hash = 0, epoch = 0;
   if (memo_key && words.used <= kMemoWords) {
-    hash = hash_words(words.data, words.used);
     epoch = epoch_of(self);
-    slot = &self->memo[hash & (kMemoSlots - 1)];
-    if (slot->length == words.used && slot->hash == hash && slot->epoch == epoch &&
-        std::memcmp(slot->words, words.data, words.used * sizeof(int64_t)) == 0) {
+    slot = &self->memo[self->last];
+    if (!slot_holds(*slot, words, epoch)) {  // a model that calls one signature over and over never hashes
+      hash = hash_words(words.data, words.used);
+      self->last = static_cast<Py_ssize_t>(hash & (kMemoSlots - 1));
+      slot = &self->memo[self->last];
+    }
+    if (slot_holds(*slot, words, epoch)) {
       Py_XDECREF(values);
-      return Py_NewRef(slot->plan);
+      *returned = Py_NewRef(slot->returned);
+      *gradient = Py_NewRef(slot->gradient);
+      return 1;
     }
   }
   PyObject* key = tkreg_key_bytes(words, tensor_words);
@@ -259,29 +287,42 @@ PyObject* plan_of(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObj
   Py_XDECREF(values);
   if (key == nullptr) {
     PyErr_Clear();
-    return nullptr;
+    return 0;
   }
   PyObject* plan = PyDict_GetItemWithError(self->table, key);  // borrowed
   Py_DECREF(key);
   if (plan == nullptr) {
     PyErr_Clear();
-    return nullptr;
+    return 0;
   }
-  if (slot != nullptr) {
-    Py_XSETREF(slot->plan, Py_NewRef(plan));
+  Py_INCREF(plan);  // the attribute lookups may run Python code
+  const uint64_t generation = plan_generation;
+  *returned = PyObject_GetAttr(plan, returned_attr);
+  *gradient = *returned != nullptr ? PyObject_GetAttr(plan, gradient_attr) : nullptr;
+  Py_DECREF(plan);
+  if (*gradient == nullptr) {
+    Py_CLEAR(*returned);
+    return -1;
+  }
+  if (slot != nullptr && generation == plan_generation) {
+    Py_XSETREF(slot->returned, Py_NewRef(*returned));
+    Py_XSETREF(slot->gradient, Py_NewRef(*gradient));
     std::memcpy(slot->words, words.data, words.used * sizeof(int64_t));
     slot->length = words.used;
     slot->hash = hash;
     slot->epoch = epoch;
+    slot->generation = generation;
   }
-  return Py_NewRef(plan);
+  return 1;
 }
 
 // The call of inputs the key may take: the plan's, or the checked path's.
 PyObject* planned_call(FastCall* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const auto& graded = *self->graded;
-  PyObject* plan = plan_of(self, args, nargs, kwnames);
-  if (plan == nullptr) return slow_call(self, args, nargs, kwnames);
+  PyObject *returned = nullptr, *gradient = nullptr;
+  const int found = calls_of(self, args, nargs, kwnames, &returned, &gradient);
+  if (found < 0) return nullptr;
+  if (found == 0) return slow_call(self, args, nargs, kwnames);
   bool wanted = false, ungraded_wanted = false;
   if (at::GradMode::is_enabled()) {
     for (Py_ssize_t i = 0; i < nargs; ++i) {  // plain tensors or None: the key checked each one
@@ -291,15 +332,17 @@ PyObject* planned_call(FastCall* self, PyObject* const* args, Py_ssize_t nargs, 
       }
     }
   }
-  PyObject* run = PyObject_GetAttr(plan, wanted ? gradient_attr : returned_attr);
-  Py_DECREF(plan);
-  if (run == nullptr) return nullptr;
+  // held until the call returns: a call may fill the memo again (a nested call, a first call that
+  // replaces itself), which lets go of the slot's references
+  PyObject* run = wanted ? gradient : returned;
+  PyObject* got = nullptr;
   if (run == Py_None || ungraded_wanted) {  // the checked path: its own error, or the op's autograd
-    Py_DECREF(run);
-    return slow_call(self, args, nargs, kwnames);
+    got = slow_call(self, args, nargs, kwnames);
+  } else {
+    got = PyObject_Vectorcall(run, args, static_cast<size_t>(nargs), nullptr);
   }
-  PyObject* got = PyObject_Vectorcall(run, args, static_cast<size_t>(nargs), nullptr);
-  Py_DECREF(run);
+  Py_DECREF(returned);
+  Py_DECREF(gradient);
   return got;
 }
 
@@ -345,6 +388,11 @@ PyObject* fast_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, Py
 }
 
 }  // namespace
+
+PyObject* tkreg_plans_changed(PyObject* /*module*/, PyObject* /*unused*/) {
+  ++plan_generation;
+  Py_RETURN_NONE;
+}
 
 int tkreg_fast_call_ready() {
   if (tkreg_ready_state_type(FastCallType, sizeof(FastCall), "the state of one tkreg.ops.<op> builtin (fast_call.cpp)",
@@ -400,6 +448,7 @@ PyObject* tkreg_make_fast_call(PyObject* /*module*/, PyObject* args) {
   const Py_ssize_t arity = PyTuple_GET_SIZE(graded);
   self->required = required > 0 && required <= arity ? required : arity;
   self->memo = new (std::nothrow) MemoSlot[kMemoSlots];
+  self->last = 0;
   self->graded = new (std::nothrow) std::vector<char>();
   self->name = new (std::nothrow) std::string(name);
   self->doc = new (std::nothrow) std::string(doc);

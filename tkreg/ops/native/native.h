@@ -98,6 +98,8 @@ inline PyObject* tkreg_builtin_of(PyObject* state, PyMethodDef* def, PyObject* m
 // fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast) -> builtin (see fast_call.cpp).
 PyObject* tkreg_make_fast_call(PyObject* module, PyObject* args);
 
+PyObject* tkreg_plans_changed(PyObject* module, PyObject* unused);
+
 // Readies fast_call's type; -1 with an exception set where it cannot.
 int tkreg_fast_call_ready();
 

@@ -115,7 +115,8 @@ bool tkreg_key_words(PyObject* const* args, Py_ssize_t count, KeyWords& into) {
       if (!tkreg_is_plain(obj)) return false;
       const at::Tensor& t = THPVariable_Unpack(obj);
       if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) return false;
-      if (t._fw_grad(/*level=*/0).defined()) return false;  // a dual tensor: forward-mode AD takes the checked path
+      // a dual tensor: forward-mode AD takes the checked path (a tensor without autograd metadata has no tangent)
+      if (t.unsafeGetTensorImpl()->autograd_meta() != nullptr && t._fw_grad(/*level=*/0).defined()) return false;
       const int64_t dim = t.dim();
       into.reserve(2 + 2 * dim);
       int64_t* words = into.data;
@@ -205,6 +206,8 @@ PyMethodDef methods[] = {
     {"plain", plain, METH_VARARGS, "plain(types, alignment_bytes): the exact tensor types key() accepts, and the alignment class"},
     {"fast_call", tkreg_make_fast_call, METH_VARARGS,
      "fast_call(name, doc, table, slow, graded, names, kinds, defaults, epoch, autocast[, required]): tkreg.ops.<op>'s planned call (fast_call.cpp)"},
+    {"plans_changed", tkreg_plans_changed, METH_NOARGS,
+     "plans_changed(): a plan's returned or gradient_call was set; every fast call's memo starts over (fast_call.cpp)"},
     {"outputs", tkreg_make_outputs, METH_O, "outputs(layouts) -> allocate(): a plan's new outputs per call (outputs.cpp)"},
     {"replayed", tkreg_make_replayed, METH_VARARGS,
      "replayed(allocate, replay, declined, at, picks) -> builtin: a replayed plan's call (replayed_call.cpp)"},

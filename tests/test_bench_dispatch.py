@@ -214,3 +214,13 @@ def test_a_cold_process_that_fails_or_runs_late_says_so_and_the_rest_keep_their_
     rows = cold.cold_process([Signature.of("add", {"M": 4, "N": 4}, "float32", "")], 30.0)
     assert rows[0]["first_us"] == 30.0 and "torch_at_same_point_us" not in rows[0]  # the late third process adds nothing
     assert rows[1] == {"check": "cold", "warmed": True, "error": "Traceback: boom"} and len(rows) == 2
+
+
+def test_round_quartiles_read_the_spread_of_the_ratio_round_by_round() -> None:
+    over = [100.0, 110.0, 90.0, 100.0, 120.0, 100.0, 80.0, 100.0]
+    under = [100.0] * 8
+    q1, q3 = workloads._round_quartiles(over, under)
+    assert q1 < 1.0 < q3
+    assert (q1, q3) == (0.925, 1.075)
+    assert workloads._round_quartiles([2.0, 3.0], [1.0, 1.0]) == [2.0, 3.0]  # too few rounds: the range
+    assert workloads._round_quartiles([], []) == []

@@ -232,6 +232,11 @@ def test_suite_tables_read_the_suites_rows() -> None:
     said = "| 2-layer MLP training step, 2048 tokens, float32 weights under autocast(bfloat16) | 2000.0 | 2010.0 | 1.005 |"
     assert said in dispatch_table(dispatch)
     assert "| layer_norm forward and backward, 4096x4096 | 110.0 | 99.0 | 0.900 |" in text and "rms_norm" not in text
+    dispatch["rows"].append({"check": "training", "tokens": 256, "tkreg_us": 465.5, "torch_us": 441.9, "ratio": 0.9493,
+                             "ratio_quartiles": [0.9412, 1.1034]})
+    with_rounds = dispatch_table(dispatch)
+    assert "| 2-layer MLP training step, 256 tokens | 465.5 | 441.9 | 0.949 (0.94-1.10) |" in with_rounds
+    assert "torch / tkreg (by round: quartiles)" in with_rounds and "by round" not in text  # older rows: the ratio alone
     cold = [(False, "peer", 30.0, 20.0, 50.0, 20.0), (False, "add_triton", 3000.0, 20.0, 30.0, 20.0),
             (True, "peer", 30.0, 20.0, 30.0, 20.0)]  # fmt: skip
     dispatch = {"summary": {"seed": 1}, "rows": [

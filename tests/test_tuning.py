@@ -131,6 +131,26 @@ def test_rounds_reverse_their_order_so_a_rounds_first_place_costs_every_call_ali
     assert times["a"] == pytest.approx(times["b"])
 
 
+def test_per_round_gives_every_round_of_the_first_sitting_aligned_across_calls() -> None:
+    """Round ``i`` of each call comes from the same round: a round that slows both (the host's
+    noise) shows in both at the same index, and their ratio round by round stays put."""
+    def a() -> None: ...
+    def b() -> None: ...
+
+    made = {a: 0, b: 0}
+
+    def clock(call: object, n: int) -> float:
+        made[call] += 1
+        timed_round = made[call] - 3  # two warm-up calls and the estimate
+        slowed = 2.0 if timed_round == 2 else 1.0
+        return (0.010 if call is a else 0.020) * slowed * n
+
+    per_round: dict[str, list[float]] = {}
+    measuring.measure({"a": a, "b": b}, 10, clock, rounds=4, per_round=per_round)
+    assert [round(v, 6) for v in per_round["a"]] == [10.0, 20.0, 10.0, 10.0]
+    assert [round(v, 6) for v in per_round["b"]] == [20.0, 40.0, 20.0, 20.0]
+
+
 def test_a_rounds_size_comes_from_calls_after_the_recorded_one() -> None:
     """A replayed kernel's first call loads and its second is recorded, both far slower than the
     replays after them: the rounds must be sized from the replays, or a round of a few calls

@@ -55,7 +55,8 @@ REPLAYS = 3
 def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = None, round_ms: float = TARGET_ROUND_MS,
             rounds: int = ROUNDS, host: dict[str, float] | None = None,
             sits_again: Collection[str] = (), device: dict[str, float] | None = None,
-            replayed: dict[str, float | str] | None = None) -> dict[str, float | str]:
+            replayed: dict[str, float | str] | None = None,
+            per_round: dict[str, list[float]] | None = None) -> dict[str, float | str]:
     """Per-call time (us) of each call as a model pays it, or why it was not timed. ``clock``
     (tests swap it) times ``n`` back-to-back calls in ms; by default CUDA events on the current
     stream, and then also the host's own time to queue them, which goes into ``host`` (us per
@@ -72,7 +73,9 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
     call in a CUDA graph (``clock.capture``, as :meth:`CudaClock.capture`) and one call is
     launch-bound (host time at least HOST_BOUND of its wall time), each call's time per call
     replayed from a graph (us; a string: why it could not be captured), budget permitting
-    (:func:`fastest_replayed`)."""
+    (:func:`fastest_replayed`). ``per_round``: where given, each call's per-call wall time (us) in
+    each round of the first sitting, in round order: entry ``i`` of every call comes from the same
+    round, so two calls' ratios round by round show how far the host's noise moves them."""
     clock = clock or _cuda_clock
     device_clock = getattr(clock, "alone", None)
     started = time.monotonic()
@@ -90,7 +93,7 @@ def measure(calls: Mapping[str, Callable[[], Any]], budget: float, clock: Any = 
             times[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
         plans[name] = max(1, min(MAX_CALLS_PER_ROUND, int(round_ms / max(single_ms, 1e-4))))
-    wall, queue = _sitting(calls, list(plans.items()), rounds, clock)
+    wall, queue = _sitting(calls, list(plans.items()), rounds, clock, per_round)
     leaders = _leaders(wall)
     leaders += [name for name in sits_again if name in wall and name not in leaders]
     if len(leaders) > 1 and time.monotonic() - started <= budget:
@@ -161,10 +164,10 @@ def _leaders(medians: Mapping[str, float]) -> list[str]:
 
 
 def _sitting(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]], rounds: int,
-             clock: Any) -> tuple[dict[str, float], dict[str, float]]:
+             clock: Any, per_round: dict[str, list[float]] | None = None) -> tuple[dict[str, float], dict[str, float]]:
     """``rounds`` rounds of ``order`` ((name, calls per round)), in an order that reverses from
     round to round: each call's median per-call wall time, and its median host time where the
-    clock gives one (us)."""
+    clock gives one (us). ``per_round`` (where given) gets each call's time in every round."""
     taken: dict[str, list[float]] = {name: [] for name, _ in order}
     queued: dict[str, list[float]] = {name: [] for name, _ in order}
     for _ in range(rounds):
@@ -174,6 +177,8 @@ def _sitting(calls: Mapping[str, Callable[[], Any]], order: list[tuple[str, int]
             if isinstance(got, tuple):
                 queued[name].append(got[1] / n * 1e3)
         order.reverse()  # each call goes first as often as last: what a round's start costs hits them alike
+    if per_round is not None:
+        per_round.update(taken)
     return ({name: statistics.median(values) for name, values in taken.items()},
             {name: statistics.median(values) for name, values in queued.items() if values})
 

@@ -427,22 +427,24 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
     for r in rows:
         if r.get("check") == "compiled_mlp" and _is_number(r.get("ratio")):
             work.append([f"Llama MLP block, {r['tokens']} tokens, torch.compile", _us(r.get("tkreg_us")),
-                         _us(r.get("torch_compile_us")), f"{r['ratio']:.3f}"])  # fmt: skip
+                         _us(r.get("torch_compile_us")), _ratio_with_rounds(r, "ratio")])  # fmt: skip
             if _is_number(r.get("graphs_ratio")):
                 work.append([f"Llama MLP block, {r['tokens']} tokens, torch.compile reduce-overhead",
                              _us(r.get("tkreg_graphs_us")), _us(r.get("torch_graphs_us")),
-                             f"{r['graphs_ratio']:.3f}"])  # fmt: skip
+                             _ratio_with_rounds(r, "graphs_ratio")])  # fmt: skip
             work.append([f"Llama MLP block, {r['tokens']} tokens, eager", _us(r.get("eager_tkreg_us")),
                          _us(r.get("eager_torch_us")), f"{r['eager_torch_us'] / r['eager_tkreg_us']:.3f}"])  # fmt: skip
         if r.get("check") == "training" and _is_number(r.get("ratio")):
             how = f", float32 weights under autocast({r['autocast']})" if r.get("autocast") else ""
             work.append([f"2-layer MLP training step, {r['tokens']} tokens{how}", _us(r.get("tkreg_us")), _us(r.get("torch_us")),
-                         f"{r['ratio']:.3f}"])  # fmt: skip
+                         _ratio_with_rounds(r, "ratio")])  # fmt: skip
         if r.get("check") == "row_training" and _is_number(r.get("ratio")):
             work.append([f"{r['op']} forward and backward, {r['shape']}", _us(r.get("tkreg_us")), _us(r.get("torch_us")),
-                         f"{r['ratio']:.3f}"])  # fmt: skip
+                         _ratio_with_rounds(r, "ratio")])  # fmt: skip
     if work:
-        parts += ["", table(["workload (bf16)", "through tkreg.ops (us)", "torch (us)", "torch / tkreg"], work,
+        rounds = any(f"{k}_quartiles" in r for r in rows for k in ("ratio", "graphs_ratio"))
+        parts += ["", table(["workload (bf16)", "through tkreg.ops (us)", "torch (us)",
+                             "torch / tkreg (by round: quartiles)" if rounds else "torch / tkreg"], work,
                             [False, True, True, True])]  # fmt: skip
     coded = [r for r in rows if r.get("check") == "compiled_mlp" and "same_code" in r]
     if coded:
@@ -450,6 +452,16 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         parts += ["", f"Inductor generated the same code for the block through tkreg.ops as for torch's at "
                   f"{' and '.join(same) or 'no'} tokens ({len(same)} of {len(coded)} block sizes)."]  # fmt: skip
     return "\n".join(parts)
+
+
+def _ratio_with_rounds(row: Mapping[str, Any], key: str) -> str:
+    """A workload's ratio of medians, and where the row has them the quartiles of the same ratio
+    round by round: how far one run's reading could move (a host-bound step spreads widely)."""
+    spread = row.get(f"{key}_quartiles")
+    text = f"{row[key]:.3f}"
+    if isinstance(spread, list) and len(spread) == 2 and all(_is_number(v) for v in spread):
+        text += f" ({spread[0]:.2f}-{spread[1]:.2f})"
+    return text
 
 
 def _replayed_text(picks: Sequence[Mapping[str, Any]]) -> str:

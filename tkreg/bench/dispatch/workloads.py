@@ -28,17 +28,36 @@ WORKLOAD_ROUND_MS = 10.0
 WORKLOAD_ROUNDS = 25
 
 
-def _wall_us(calls: dict[str, Callable[[], Any]]) -> dict[str, float]:
+def _wall_us(calls: dict[str, Callable[[], Any]], ratios: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
     """Per call, back to back, the calls' rounds interleaved (a clock change hits them alike);
     rounds of at least WORKLOAD_ROUND_MS (a training step is a few ms: one call per round would
-    leave a median of a handful of samples)."""
+    leave a median of a handful of samples). ``ratios``: for each name, the (numerator,
+    denominator) calls whose ratio round by round is summarized as ``<name>_quartiles``, the
+    first and third quartile (:func:`_round_quartiles`)."""
     from ...ops.measuring import measure as time_calls
 
-    got = time_calls(calls, TIMING_BUDGET_S, round_ms=WORKLOAD_ROUND_MS, rounds=WORKLOAD_ROUNDS)
+    rounds: dict[str, list[float]] = {}
+    got = time_calls(calls, TIMING_BUDGET_S, round_ms=WORKLOAD_ROUND_MS, rounds=WORKLOAD_ROUNDS, per_round=rounds)
     bad = {k: v for k, v in got.items() if not isinstance(v, float)}
     if bad:
         raise RuntimeError(str(bad))
-    return {k: round(v, 2) for k, v in got.items()}  # type: ignore[misc]
+    row: dict[str, Any] = {k: round(v, 2) for k, v in got.items()}
+    for name, (over, under) in (ratios or {}).items():
+        row[f"{name}_quartiles"] = _round_quartiles(rounds[over], rounds[under])
+    return row
+
+
+def _round_quartiles(over: Sequence[float], under: Sequence[float]) -> list[float]:
+    """The first and third quartiles of ``over[i] / under[i]``, two calls' times in the same
+    rounds: how far the ratio of the two medians could move between runs. A host-bound step reads
+    within a few percent of itself only as a median of many rounds; its rounds spread wider."""
+    import statistics
+
+    paired = [a / b for a, b in zip(over, under) if b > 0]
+    if len(paired) < 4:
+        return [round(min(paired), 4), round(max(paired), 4)] if paired else []
+    q1, _, q3 = statistics.quantiles(paired, n=4)
+    return [round(q1, 4), round(q3, 4)]
 
 
 def compiled_mlp(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:
@@ -91,7 +110,9 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
                              "tkreg_graphs_us": lambda: ours_graphs(x, *weights),
                              "torch_graphs_us": lambda: theirs_graphs(x, *weights),
                              "eager_tkreg_us": lambda: with_tkreg(x, *weights),
-                             "eager_torch_us": lambda: with_torch(x, *weights)}))  # fmt: skip
+                             "eager_torch_us": lambda: with_torch(x, *weights)},
+                            {"ratio": ("torch_compile_us", "tkreg_us"),
+                             "graphs_ratio": ("torch_graphs_us", "tkreg_graphs_us")}))  # fmt: skip
         row["ratio"] = round(row["torch_compile_us"] / row["tkreg_us"], 4)
         row["graphs_ratio"] = round(row["torch_graphs_us"] / row["tkreg_graphs_us"], 4)
 
@@ -165,7 +186,8 @@ def training_step(mm: Callable[..., Any], op: str, tokens: int, autocast: bool =
         step(mm)
         row["grad_max_rel_diff"] = max(float((g.float() - r.float()).abs().max() / r.float().abs().max())
                                        for g, r in zip((w1.grad, w2.grad), grads_torch))  # fmt: skip
-        row.update(_wall_us({"tkreg_us": lambda: step(mm), "torch_us": lambda: step(lambda a, b: a @ b)}))
+        row.update(_wall_us({"tkreg_us": lambda: step(mm), "torch_us": lambda: step(lambda a, b: a @ b)},
+                            {"ratio": ("torch_us", "tkreg_us")}))  # fmt: skip
         row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
         with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
             h = F.gelu(x @ w1.t()).detach()
@@ -222,7 +244,7 @@ def _row_step(registry: Registry, op: Op, sig: Signature) -> dict[str, Any]:
     got = [t.grad.clone() for t in leaves]
     theirs()
     row: dict[str, Any] = {"grad_max_abs_diff": max(float((g.float() - t.grad.float()).abs().max()) for g, t in zip(got, leaves))}
-    row.update(_wall_us({"tkreg_us": ours, "torch_us": theirs}))
+    row.update(_wall_us({"tkreg_us": ours, "torch_us": theirs}, {"ratio": ("torch_us", "tkreg_us")}))
     row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
     row["decision"] = ops.explain(op.name, *[t if t is None else t.detach() for t in inputs])  # whole: training ends it
     return row

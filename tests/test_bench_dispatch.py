@@ -224,3 +224,17 @@ def test_round_quartiles_read_the_spread_of_the_ratio_round_by_round() -> None:
     assert (q1, q3) == (0.925, 1.075)
     assert workloads._round_quartiles([2.0, 3.0], [1.0, 1.0]) == [2.0, 3.0]  # too few rounds: the range
     assert workloads._round_quartiles([], []) == []
+
+
+def test_wall_us_gives_each_named_ratio_of_medians_with_its_quartiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkreg.ops import measuring
+
+    def fake(calls: object, budget: float, round_ms: float, rounds: int, per_round: dict) -> dict:
+        per_round.update({"tkreg_us": [10.0] * 4, "torch_us": [9.0, 10.0, 11.0, 10.0]})
+        return {"tkreg_us": 10.0, "torch_us": 10.004}
+
+    monkeypatch.setattr(measuring, "measure", fake)
+    row = workloads._wall_us({"tkreg_us": lambda: None, "torch_us": lambda: None}, {"ratio": ("torch_us", "tkreg_us")})
+    assert row["tkreg_us"] == 10.0 and row["torch_us"] == 10.0  # rounded to 0.01 us, and the ratio from those
+    assert row["ratio"] == 1.0
+    assert row["ratio_quartiles"] == workloads._round_quartiles([9.0, 10.0, 11.0, 10.0], [10.0] * 4)

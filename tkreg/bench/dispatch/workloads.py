@@ -32,8 +32,9 @@ def _wall_us(calls: dict[str, Callable[[], Any]], ratios: dict[str, tuple[str, s
     """Per call, back to back, the calls' rounds interleaved (a clock change hits them alike);
     rounds of at least WORKLOAD_ROUND_MS (a training step is a few ms: one call per round would
     leave a median of a handful of samples). ``ratios``: for each name, the (numerator,
-    denominator) calls whose ratio round by round is summarized as ``<name>_quartiles``, the
-    first and third quartile (:func:`_round_quartiles`)."""
+    denominator) calls whose ratio of medians the row gets under that name, and whose ratio round
+    by round is summarized as ``<name>_quartiles``, the first and third quartile
+    (:func:`_round_quartiles`)."""
     from ...ops.measuring import measure as time_calls
 
     rounds: dict[str, list[float]] = {}
@@ -43,6 +44,7 @@ def _wall_us(calls: dict[str, Callable[[], Any]], ratios: dict[str, tuple[str, s
         raise RuntimeError(str(bad))
     row: dict[str, Any] = {k: round(v, 2) for k, v in got.items()}
     for name, (over, under) in (ratios or {}).items():
+        row[name] = round(row[over] / row[under], 4)
         row[f"{name}_quartiles"] = _round_quartiles(rounds[over], rounds[under])
     return row
 
@@ -113,8 +115,6 @@ def _mlp_row(op: str, tokens: int, weights: list[Any], with_torch: Callable[...,
                              "eager_torch_us": lambda: with_torch(x, *weights)},
                             {"ratio": ("torch_compile_us", "tkreg_us"),
                              "graphs_ratio": ("torch_graphs_us", "tkreg_graphs_us")}))  # fmt: skip
-        row["ratio"] = round(row["torch_compile_us"] / row["tkreg_us"], 4)
-        row["graphs_ratio"] = round(row["torch_graphs_us"] / row["tkreg_graphs_us"], 4)
 
         hidden = torch.empty(tokens, i, device="cuda", dtype=torch.bfloat16)
         products = {"x @ gate.t()": (x, weights[0].t()), "x @ up.t()": (x, weights[1].t()),
@@ -188,7 +188,6 @@ def training_step(mm: Callable[..., Any], op: str, tokens: int, autocast: bool =
                                        for g, r in zip((w1.grad, w2.grad), grads_torch))  # fmt: skip
         row.update(_wall_us({"tkreg_us": lambda: step(mm), "torch_us": lambda: step(lambda a, b: a @ b)},
                             {"ratio": ("torch_us", "tkreg_us")}))  # fmt: skip
-        row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
         with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
             h = F.gelu(x @ w1.t()).detach()
             grad_out, grad_h = torch.empty(t, w2.shape[0], device="cuda", dtype=h.dtype), torch.empty_like(h)
@@ -245,7 +244,6 @@ def _row_step(registry: Registry, op: Op, sig: Signature) -> dict[str, Any]:
     theirs()
     row: dict[str, Any] = {"grad_max_abs_diff": max(float((g.float() - t.grad.float()).abs().max()) for g, t in zip(got, leaves))}
     row.update(_wall_us({"tkreg_us": ours, "torch_us": theirs}, {"ratio": ("torch_us", "tkreg_us")}))
-    row["ratio"] = round(row["torch_us"] / row["tkreg_us"], 4)
     row["decision"] = ops.explain(op.name, *[t if t is None else t.detach() for t in inputs])  # whole: training ends it
     return row
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 import tkreg
+from tkreg.bench.calls import Signature
 from tkreg.bench.dispatch import cold, shapes, workloads
 
 
@@ -30,6 +31,68 @@ def test_random_shapes_follow_each_contract_and_repeat_for_a_seed() -> None:
             assert sig.dtype in op.bench_dtypes and sig.variant in variants
             if op.contract.kind == "linear":
                 assert dims["N"] % 64 == 0 and dims["K"] % 64 == 0 and 1 <= dims["M"] <= 8192
+
+
+def test_a_sibling_shape_stays_in_its_bucket_and_changes_where_a_size_can() -> None:
+    from tkreg.ops.tuning import bucket_size
+
+    registry = tkreg.default_registry()
+    rng = random.Random(3)
+    for op in registry.ops():
+        if op.contract.kind == "plain" or not op.cases_in("bench"):
+            continue
+        for sig in shapes.unseen(op, rng):
+            other = shapes.sibling(sig, op.contract.kind, rng)
+            dims = dict(sig.dims)
+            if all(n <= 8 or (op.contract.kind == "linear" and name != "M" and bucket_size(n) == 64) for name, n in dims.items()):
+                continue  # exact sizes only: no other shape in the bucket
+            assert other is not None and other != sig and (other.dtype, other.variant) == (sig.dtype, sig.variant)
+            drawn = dict(other.dims)
+            assert [bucket_size(n) for n in drawn.values()] == [bucket_size(n) for n in dims.values()]
+            assert max(shapes._elements(op.contract.kind, drawn)) <= shapes.MAX_ELEMENTS
+            if op.contract.kind == "linear":
+                assert drawn["N"] % 64 == 0 and drawn["K"] % 64 == 0
+    tiny = Signature.of("add", {"M": 3, "N": 8}, "float32")
+    assert shapes.sibling(tiny, "rows", rng) is None  # every size exact: a bucket of one shape
+    assert {shapes.within_bucket(100, random.Random(i)) for i in range(200)} == set(range(97, 129))  # 96 < n <= 128
+    assert {shapes.within_bucket(3000, random.Random(i), 64) for i in range(200)} == set(range(2112, 3073, 64))
+
+
+def test_sibling_rows_count_where_their_bucket_was_timed_by_another_shape() -> None:
+    from tkreg.bench.dispatch import picks
+
+    def sibling(ratio: float, **extra: object) -> dict[str, object]:
+        return {"check": "bucket", "ratio": ratio, "pass": ratio >= 0.95, "choice_pass": ratio >= 0.9,
+                "same_bucket": True, "timing_calls": 0, **extra}  # fmt: skip
+
+    rows = [sibling(1.0), sibling(0.81, winner_refused=True), sibling(0.5, timing_calls=2), sibling(0.5, same_bucket=False)]
+    got = picks.summary(rows)
+    assert (got["bucket_siblings"], got["bucket_siblings_untimed"], got["bucket_siblings_within"]) == (4, 2, 1)
+    assert (got["bucket_choices_within"], got["bucket_winner_refused"], got["bucket_geomean"]) == (1, 1, 0.9)
+    assert "bucket_siblings" not in picks.summary([{"check": "pick", "ratio": 1.0}])
+
+
+def test_explains_account_of_a_measured_choice_gives_its_bucket_and_shape() -> None:
+    from tkreg.bench.dispatch import picks
+    from tkreg.ops.tuning_cache import Choice
+
+    choice = Choice(bucket="M<=12,N<=4096|bfloat16|a row, b col|align=aa", winner="k", kernel="k", config={},
+                    times_us={"k": 1.0, "peer": 2.0}, device="NVIDIA H200", measured_at="2026-12-03T10:00:00Z",
+                    shape="9x4000; 4000x4096", source="cache")  # fmt: skip
+    found = picks._MEASURED.search(f"calls k: {choice.describe()}. Launches: replayed")
+    assert found is not None and found["bucket"] == choice.bucket and found["shape"] == choice.shape
+
+
+def test_timing_calls_count_the_tuners_timings_until_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkreg.bench.dispatch import picks
+    from tkreg.ops import tuning
+
+    monkeypatch.setattr(tuning, "measure", lambda *args, **kwargs: "timed")
+    counted = picks.TimingCalls().start()
+    assert tuning.measure(1) == "timed" and tuning.measure(2) == "timed" and counted.n == 2
+    counted.stop()
+    tuning.measure(3)
+    assert counted.n == 2 and tuning.measure(4) == "timed"
 
 
 MODULE = '''

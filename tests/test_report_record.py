@@ -328,6 +328,21 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "gave the eager call's bits for add (1 of 2 ops)." in dispatch_table(dispatch)
 
 
+def test_other_shapes_of_tuned_buckets_are_counted_where_they_timed_nothing() -> None:
+    def sibling(ratio: float, choice: float, **extra: object) -> dict[str, object]:
+        return {"check": "bucket", "op": "add", "ratio": ratio, "pass": ratio >= 0.95, "choice_pass": choice >= 0.95,
+                "same_bucket": True, "timing_calls": 0, **extra}  # fmt: skip
+
+    rows = [sibling(1.0, 1.0), sibling(0.81, 0.8, winner_refused=True), sibling(0.5, 0.5, timing_calls=3),
+            sibling(0.5, 0.5, same_bucket=False), {"check": "bucket", "op": "add", "error": "RuntimeError: no"}]  # fmt: skip
+    text = dispatch_table({"summary": {"seed": 1}, "rows": rows})
+    assert "another shape of 4 of those buckets (every size over 8 redrawn within its bucket)" in text
+    assert "found it and timed nothing on 2." in text  # one was timed, one fell in another bucket
+    assert "for the shape's own inputs on 1 of 2 (geomean 0.900); the choice called directly on 1." in text
+    assert "On 1 the bucket's winner could not take the shape" in text
+    assert "Inside the buckets" not in dispatch_table({"summary": {}, "rows": rows[-1:]})  # no figures, no paragraph
+
+
 def test_an_older_run_shows_each_launchers_pick_without_its_configuration_sweep() -> None:
     document = records.load(DATA / "2026-11-23-h100-80gb-hbm3-linear.json.gz")
     text = linear_table(document)

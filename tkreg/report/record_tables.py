@@ -410,6 +410,9 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
     replayed = _replayed_text(picks)
     if replayed:
         parts += ["", replayed]
+    inside = _inside_buckets_text([r for r in rows if r.get("check") == "bucket" and _is_number(r.get("ratio"))])
+    if inside:
+        parts += ["", inside]
     cold = [r for r in rows if r.get("check") == "cold" and _is_number(r.get("first_us")) and r.get("warm_us")]
     failed = [r for r in rows if r.get("check") == "cold" and r.get("error")]
     if cold or failed:
@@ -484,6 +487,24 @@ def _replayed_text(picks: Sequence[Mapping[str, Any]]) -> str:
     if eager:
         text += (f" The eager choice, replayed, would have been within 5% on {sum(1 for x in eager if x >= 0.95)} of "
                  f"{len(eager)} (geomean {geomean(eager):.3f}).")  # fmt: skip
+    return text
+
+
+def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
+    """Other shapes of tuned buckets: did they time nothing, and did the first shape's choice hold."""
+    if not siblings:
+        return ""
+    held = [r for r in siblings if r.get("same_bucket") and r.get("timing_calls") == 0]
+    text = (f"Inside the buckets: another shape of {len(siblings)} of those buckets (every size over 8 redrawn "
+            f"within its bucket), called after the first shape's timing, found it and timed nothing on {len(held)}.")
+    if held:
+        text += (f" There tkreg.ops, running what the first shape's timing chose, was within 5% of the fastest for "
+                 f"the shape's own inputs on {sum(1 for r in held if r.get('pass'))} of {len(held)} (geomean "
+                 f"{geomean(r['ratio'] for r in held):.3f}); the choice called directly on "
+                 f"{sum(1 for r in held if r.get('choice_pass'))}.")  # fmt: skip
+        refused = sum(1 for r in held if r.get("winner_refused"))
+        if refused:
+            text += f" On {refused} the bucket's winner could not take the shape, and the registry's order ran it."
     return text
 
 

@@ -9,7 +9,10 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
    CUDA events, launch included, each allocating its output. A pick passes within PICK_WITHIN of
    the fastest of the others. The same calls are then each captured in a CUDA graph and replayed,
    as a captured model pays them (their GPU time alone), and tkreg.ops (which runs the bucket's
-   choice for captured calls) is judged the same way.
+   choice for captured calls) is judged the same way. After 2 and 3, inside the buckets: for
+   tuned signatures, another shape of the same bucket (every size redrawn within it), which
+   tkreg.ops runs from the first shape's timing without timing anything, judged the same way on
+   its own inputs, within :data:`SIBLINGS_BUDGET_S`.
 2. A cold process with the warm cache: the same shapes in a new process make no timing call; torch's
    own first call of each is made first, then tkreg's first call of each, one shape after another,
    timed against a warm call of the same shape: the median of calls made back to back, and a call
@@ -35,6 +38,7 @@ Modules: :mod:`.shapes` (1's signatures), :mod:`.picks` (1), :mod:`.cold` (2), :
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import time
@@ -46,8 +50,10 @@ from ..calls import Signature
 from ..suites import Deadline, Measured
 from . import cold, picks
 from .graphs import graph_replays
-from .shapes import unseen
+from .shapes import sibling, unseen
 from .workloads import TRAIN_TOKENS, batched, compiled_mlp, row_training, training_step
+
+SIBLINGS_BUDGET_S = 90.0  # for the shapes inside tuned buckets (at most a third of what the suite has left)
 
 
 def measure(deadline: Deadline) -> Measured:
@@ -61,6 +67,7 @@ def measure(deadline: Deadline) -> Measured:
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
     tuned: list[Signature] = []
+    tuned_rows: list[dict[str, Any]] = []
     for op in registry.ops():
         if op.contract.kind == "plain" or not op.cases_in("bench"):
             continue
@@ -70,10 +77,13 @@ def measure(deadline: Deadline) -> Measured:
             rows.append(row)
             if "error" not in row:
                 tuned.append(sig)
+                tuned_rows.append(row)
     deadline.check("the cold process")
     rows += cold.cold_process(tuned, min(deadline.left() - 60, 120))
     deadline.check("CUDA graphs")
     rows += graph_replays(registry, tuned)
+    # after the cold processes: the siblings' signatures, remembered too, would add to their preload
+    rows += _inside_buckets(registry, list(zip(tuned, tuned_rows)), rng, deadline)
     linear = [op for op in registry.ops() if op.contract.kind == "linear"]
     if linear:
         mm = ops.get(linear[0].name)
@@ -96,6 +106,26 @@ def measure(deadline: Deadline) -> Measured:
              f"interleaved rounds; pass where the fastest other takes >= {picks.PICK_WITHIN} of tkreg.ops' time (ratio); "
              f"choice_ratio: the same for the candidate tkreg.ops chose, called directly (without the dispatch).")  # fmt: skip
     return Measured(kind="dispatch", rows=rows, notes=notes, summary=summary)
+
+
+def _inside_buckets(registry: Registry, tuned: list[tuple[Signature, dict[str, Any]]], rng: random.Random,
+                    deadline: Deadline) -> list[dict[str, Any]]:
+    """Another shape of each tuned signature's bucket, the ops taken in turn so that a budget that
+    runs out leaves every op some (:func:`.picks.inside_bucket`)."""
+    by_op: dict[str, list[tuple[Signature, dict[str, Any]]]] = {}
+    for sig, row in tuned:
+        by_op.setdefault(sig.op, []).append((sig, row))
+    ends = time.monotonic() + min(SIBLINGS_BUDGET_S, deadline.left() / 3)
+    rows = []
+    for pair in (p for turn in itertools.zip_longest(*by_op.values()) for p in turn if p is not None):
+        sig, tuned_row = pair
+        op = registry.op(sig.op)
+        other = sibling(sig, op.contract.kind, rng)
+        if other is None or time.monotonic() > ends:
+            continue
+        deadline.check(f"inside the bucket of {sig.label}")
+        rows.append(picks.inside_bucket(registry, op, other, tuned_row))
+    return rows
 
 
 def signatures(registry: Registry) -> list[Signature]:

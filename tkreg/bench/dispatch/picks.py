@@ -1,10 +1,13 @@
 """Pick against best: tkreg.ops on a signature against every kernel that takes its inputs (at its
 launcher's own choice and at each config it offers for tuning) and the peer, timed in the same
-interleaved rounds as a model pays a call; then the same calls replayed from CUDA graphs."""
+interleaved rounds as a model pays a call; then the same calls replayed from CUDA graphs. The
+same for another shape of a tuned signature's bucket (:func:`inside_bucket`): the choice its
+first shape's timing made, on a shape it was not timed on."""
 
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,24 +19,76 @@ from ..graphed import graphed_us
 
 PICK_WITHIN = 0.95  # tkreg.ops passes where the fastest other candidate takes at least this share of its time
 TIMING_BUDGET_S = 20.0
+# explain's account of a measured choice: "<winner> fastest for bucket <bucket> (<origin>; measured
+# on <GPU> at <time> on shape <shape>): ..." (tkreg.ops.tuning_cache.Choice.describe)
+_MEASURED = re.compile(r"fastest for bucket (?P<bucket>.+?) \((?:from the tuning cache|timed in this process); "
+                       r"measured on .+? on shape (?P<shape>.+?)\): ")  # fmt: skip
 
 
-def pick_against_best(registry: Registry, op: Op, sig: Signature) -> dict[str, Any]:
+class TimingCalls:
+    """Counts the tuner's timing calls (``n``) from :meth:`start`: every one goes through
+    tkreg.ops.tuning's ``measure``, which this wraps until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._original: Callable[..., Any] | None = None
+
+    def start(self) -> TimingCalls:
+        from ...ops import tuning
+
+        self._original = original = tuning.measure
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.n += 1
+            return original(*args, **kwargs)
+
+        tuning.measure = counting  # type: ignore[assignment]
+        return self
+
+    def stop(self) -> None:
+        from ...ops import tuning
+
+        if self._original is not None:
+            tuning.measure = self._original  # type: ignore[assignment]
+            self._original = None
+
+
+def inside_bucket(registry: Registry, op: Op, sig: Signature, tuned: dict[str, Any]) -> dict[str, Any]:
+    """The pick on ``sig``, another shape of the bucket the pick row ``tuned`` timed at its first
+    call: tkreg.ops should time nothing and run what that timing chose, and the row says whether
+    that is within PICK_WITHIN of the fastest for ``sig``'s own inputs."""
+    row = pick_against_best(registry, op, sig, check="bucket")
+    row["tuned_on"] = tuned["shape"]
+    row["same_bucket"] = row.get("bucket") is not None and row.get("bucket") == tuned.get("bucket")
+    if "does not take these inputs now" in row.get("decision", ""):
+        row["winner_refused"] = True  # the bucket's winner cannot run this shape: the registry's order ran it
+    return row
+
+
+def pick_against_best(registry: Registry, op: Op, sig: Signature, check: str = "pick") -> dict[str, Any]:
     import torch
 
     from ... import ops
     from ...ops.measuring import measure as time_calls
 
-    row: dict[str, Any] = {"check": "pick", "op": op.name, "shape": sig.shape, "dtype": sig.dtype, "variant": sig.variant}
+    row: dict[str, Any] = {"check": check, "op": op.name, "shape": sig.shape, "dtype": sig.dtype, "variant": sig.variant}
     try:
         inputs = make_inputs(registry, sig, seed=1)
         call = ops.get(op.name)
         torch.cuda.synchronize()
+        counted = TimingCalls().start()
         began = time.perf_counter()
-        call(*inputs)  # tunes the bucket, as a model's first call does
-        torch.cuda.synchronize()
+        try:
+            call(*inputs)  # tunes the bucket, as a model's first call does, where it is new
+            torch.cuda.synchronize()
+        finally:
+            counted.stop()
         row["first_call_ms"] = round((time.perf_counter() - began) * 1e3, 1)  # the bucket's tuning, compiles included
+        row["timing_calls"] = counted.n
         row["decision"] = ops.explain(op.name, *inputs)
+        measured = _MEASURED.search(row["decision"])
+        if measured:  # the bucket, and the shape its choice was timed on
+            row.update(bucket=measured["bucket"], measured_on=measured["shape"])
         # every candidate a bound call, no frame of the harness's own around it (the kernels' are calls too)
         calls: dict[str, Callable[[], Any]] = {"tkreg.ops": functools.partial(call, *inputs)}
         calls.update(_candidates(registry, op, inputs))
@@ -140,4 +195,21 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if replayed:
         got.update(graph_picks=len(replayed), graph_picks_within=sum(bool(r["graph_pass"]) for r in replayed),
                    graph_geomean=round(geomean(r["graph_ratio"] for r in replayed), 4))
-    return got
+    return got | _inside_buckets(rows)
+
+
+def _inside_buckets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same counts for other shapes of tuned buckets (:func:`inside_bucket`), of those that
+    found their bucket timed and timed nothing themselves."""
+    siblings = [r for r in rows if r.get("check") == "bucket" and "ratio" in r]
+    if not siblings:
+        return {}
+    held = [r for r in siblings if r.get("same_bucket") and r.get("timing_calls") == 0]
+    return {
+        "bucket_siblings": len(siblings),
+        "bucket_siblings_untimed": len(held),
+        "bucket_siblings_within": sum(bool(r["pass"]) for r in held),
+        "bucket_choices_within": sum(bool(r.get("choice_pass")) for r in held),
+        "bucket_geomean": round(geomean(r["ratio"] for r in held), 4) if held else None,
+        "bucket_winner_refused": sum(bool(r.get("winner_refused")) for r in held),
+    }

@@ -1,5 +1,6 @@
 """The shapes nobody chose: per op, random signatures drawn across the sizes its contract names,
-in its benchmark dtypes and layouts, from a seed the record keeps."""
+in its benchmark dtypes and layouts, from a seed the record keeps; and for a tuned one, another
+shape of the same tuning bucket."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 from collections.abc import Sequence
 
 from ...core.specs import Op
+from ...ops.tuning import bucket_size
 from ..calls import Signature
 
 SHAPES_PER_OP = {"linear": 10}  # random shapes per contract kind (others: DEFAULT_SHAPES)
@@ -28,6 +30,30 @@ def unseen(op: Op, rng: random.Random) -> list[Signature]:
             continue
         found.append(Signature.of(op.name, dims, rng.choice(op.bench_dtypes), rng.choice(variants)))
     return found
+
+
+def sibling(sig: Signature, kind: str, rng: random.Random) -> Signature | None:
+    """Another signature of ``sig``'s tuning bucket: every size over 8 redrawn at random within its
+    bucket (a linear layer's widths staying multiples of 64 where they were, as :func:`unseen`
+    draws them), the dtype and layout kept; None where no size can change."""
+    dims = dict(sig.dims)
+    widths = set(list(dims)[1:]) if kind == "linear" else set()
+    for _ in range(20):
+        drawn = {name: within_bucket(n, rng, 64 if name in widths and n % 64 == 0 else 1) for name, n in dims.items()}
+        if drawn != dims and max(_elements(kind, drawn)) <= MAX_ELEMENTS:
+            return Signature.of(sig.op, drawn, sig.dtype, sig.variant)
+    return None
+
+
+def within_bucket(n: int, rng: random.Random, step: int = 1) -> int:
+    """A size drawn at random from ``n``'s bucket (tkreg.ops.tuning.bucket_size): above the
+    bucket below it, up to its top, a multiple of ``step`` (``n`` where there is no other)."""
+    top = bucket_size(n)
+    if top <= 8:  # exact sizes: a bucket of one
+        return n
+    below = top * 3 // 4 if top & (top - 1) == 0 else top * 2 // 3  # 16 -> 12, 12 -> 8, 24 -> 16
+    sizes = range(below + step - below % step, top + 1, step)
+    return rng.choice(sizes) if sizes else n
 
 
 def _random_dims(kind: str, names: Sequence[str], rng: random.Random) -> dict[str, int]:

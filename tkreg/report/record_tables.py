@@ -495,16 +495,16 @@ def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
     if not siblings:
         return ""
     held = [r for r in siblings if r.get("same_bucket") and r.get("timing_calls") == 0]
-    text = (f"Inside the buckets: another shape of {len(siblings)} of those buckets (every size over 8 redrawn "
-            f"within its bucket), called after the first shape's timing, found it and timed nothing on {len(held)}.")
+    text = (f"Inside the buckets: another shape of {len(siblings)} buckets (every size over 8 redrawn within it) "
+            f"found the first shape's choice and timed nothing on {len(held)}")
     if held:
-        text += (f" There tkreg.ops, running what the first shape's timing chose, was within 5% of the fastest for "
-                 f"the shape's own inputs on {sum(1 for r in held if r.get('pass'))} of {len(held)} (geomean "
-                 f"{geomean(r['ratio'] for r in held):.3f}); the choice called directly on "
-                 f"{sum(1 for r in held if r.get('choice_pass'))}.")  # fmt: skip
+        text += (f"; tkreg.ops was within 5% of the fastest for its own inputs on {sum(1 for r in held if r.get('pass'))} "
+                 f"of {len(held)} (geomean {geomean(r['ratio'] for r in held):.3f}), the choice called directly on "
+                 f"{sum(1 for r in held if r.get('choice_pass'))}")  # fmt: skip
         refused = sum(1 for r in held if r.get("winner_refused"))
         if refused:
-            text += f" On {refused} the bucket's winner could not take the shape, and the registry's order ran it."
+            text += f"; on {refused} the bucket's winner could not take the shape and the registry's order ran it"
+    text += "."
     return text
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import tkreg
 from tests.ops_support import ToyPlugin, assert_sum_close, registry_with, toy_kernel, toy_mul_torch
 from tkreg.core.errors import TkregError
 from tkreg.ops import capturing as tkreg_capturing
@@ -139,6 +140,38 @@ def test_the_first_call_of_a_bucket_times_every_candidate_once_and_runs_the_fast
     assert TIMED == []
     assert asked == [False]  # the kernels that take the inputs; the rankers' prior is not worked out
     assert "from the tuning cache" in fresh.explain("toy_mul", x, y)
+
+
+def toy_even_widths_only(x: Any, y: Any, *rest: Any) -> list[str]:
+    return [] if x.shape[-1] % 2 == 0 else [f"rows of {x.shape[-1]} elements; toy_fast takes even widths only"]
+
+
+def test_a_shape_the_buckets_winner_refuses_is_timed_in_a_bucket_of_its_own(gpu_like: Path) -> None:
+    fast = toy_kernel("toy_fast", toy_fast, priority=0, requires=tkreg.Requirements(inputs=toy_even_widths_only))
+    ops = ops_with(fast, toy_kernel("toy_slow", toy_slow, priority=5))
+    try:
+        even, odd = [(torch.randn(60, n, device=DEVICE), torch.randn(60, n, device=DEVICE)) for n in (64, 63)]
+        ops.toy_mul(*even)  # times the bucket (<= 64 by <= 64): toy_fast wins
+        assert set(TIMED) == {"toy_fast", "toy_slow", "peer"}
+        TIMED.clear()
+        RAN.clear()
+        torch.testing.assert_close(ops.toy_mul(*odd), odd[0] * odd[1])
+        # toy_fast cannot take 63 wide rows: not the registry's order (toy_slow first) unmeasured,
+        # but the shapes it refuses timed apart, the peer the faster of what is left
+        assert set(TIMED) == {"toy_slow", "peer"} and RAN == ["toy_slow"] * RAN.count("toy_slow")
+        text = ops.explain("toy_mul", *odd)
+        assert "calls its peer" in text and "|without=toy_fast (timed in this process" in text
+        TIMED.clear()
+        ops.toy_mul(torch.randn(57, 61, device=DEVICE), torch.randn(57, 61, device=DEVICE))  # refused too: that bucket
+        ops.toy_mul(torch.randn(58, 62, device=DEVICE), torch.randn(58, 62, device=DEVICE))  # taken: the first one
+        assert TIMED == []
+        assert "toy_fast fastest for bucket" in ops.explain("toy_mul", *even) and "without" not in ops.explain("toy_mul", *even)
+        # a later process reads both choices and times neither
+        fresh = ops_with(fast, toy_kernel("toy_slow", toy_slow, priority=5))
+        fresh.toy_mul(*odd), fresh.toy_mul(*even)
+        assert TIMED == [] and "from the tuning cache" in fresh.explain("toy_mul", *odd)
+    finally:
+        ops.uninstall()
 
 
 def test_inputs_on_another_gpu_than_the_current_one_are_timed_with_theirs_current(

@@ -49,6 +49,7 @@ class Decision:
     # what a call captured in a CUDA graph runs instead (label, launcher; None: the peer), where
     # the bucket's choice names another candidate for those (Choice.graphed)
     graphed: tuple[str, Callable[..., Any] | None] | None = None
+    bucket: str | None = None  # the bucket the inputs' choice is kept under (Chooser.resolved)
 
     @property
     def peer(self) -> bool:
@@ -101,7 +102,7 @@ class Chooser:
         if device is None or bucket is None:
             return prior
         tuner = self.tuner(device)
-        choice = tuner.known(bucket)
+        bucket, choice = self.resolved(tuner, bucket, kernels)
         if choice is None:
             # What would be timed, named without calling or importing anything: a plan that does
             # not time (tuning off, a capture, explain) runs no candidate and loads no launcher.
@@ -111,14 +112,14 @@ class Chooser:
             if not (tune and tuning.enabled() and not capturing_or_tracing()):
                 labels = ", ".join(c.label for c in named)
                 return Decision(prior.launchers, f"{prior.why} (prior: the bucket {bucket} is not measured on this GPU; "
-                                f"a call with tuning on times {labels})", "prior")
+                                f"a call with tuning on times {labels})", "prior", bucket=bucket)
             candidates = self.candidates(kernels, launcher, inputs, kernel_inputs, layouts, params, named)
             shape = _shapes(kernel_inputs)
             with on_device(device):
                 choice = tuner.choose(bucket, candidates, shape, _device_name(device))
             if choice is None:
-                return Decision(prior.launchers, f"{prior.why} (prior: no candidate could be timed)", "prior")
-        return self._ordered(choice, kernels, launcher)
+                return Decision(prior.launchers, f"{prior.why} (prior: no candidate could be timed)", "prior", bucket=bucket)
+        return self._ordered(choice, kernels, launcher, bucket)
 
     def cached(
         self, kernels: Sequence[Kernel], launcher: Callable[[Kernel], Callable[..., Any]], kernel_inputs: Sequence[Any],
@@ -127,24 +128,44 @@ class Chooser:
         """The order the bucket's choice (made in this process or read from the cache) gives,
         without timing or the prior; None where the bucket has none."""
         device = self.device(kernel_inputs)
-        choice = self.known(kernel_inputs, params, device) if device is not None else None
-        return None if choice is None else self._ordered(choice, kernels, launcher)
+        bucket = self.bucket(kernel_inputs, params) if device is not None else None
+        if device is None or bucket is None:
+            return None
+        bucket, choice = self.resolved(self.tuner(device), bucket, kernels)
+        return None if choice is None else self._ordered(choice, kernels, launcher, bucket)
 
-    def _ordered(self, choice: Choice, kernels: Sequence[Kernel], launcher: Callable[[Kernel], Callable[..., Any]]) -> Decision:
+    @staticmethod
+    def resolved(tuner: Tuner, bucket: str, kernels: Sequence[Kernel]) -> tuple[str, Choice | None]:
+        """The bucket these inputs' choice is kept under, and that choice (None: not made yet).
+        Where the bucket's winner is a kernel that does not take these inputs (one size of the
+        bucket off the alignment TMA needs, say), the shapes it refuses have a bucket of their own,
+        ``<bucket>|without=<kernel>``, timed at its first call like any other: the registry's order
+        would run whichever kernel comes first, never measured against the others for them."""
+        takers = {k.name for k in kernels}
+        choice = tuner.known(bucket)
+        for _ in range(len(takers) + 1):  # a derived bucket's winner is none it was derived without
+            if choice is None or choice.kernel is None or choice.kernel in takers:
+                break
+            bucket = f"{bucket}|without={choice.kernel}"
+            choice = tuner.known(bucket)
+        return bucket, choice
+
+    def _ordered(self, choice: Choice, kernels: Sequence[Kernel], launcher: Callable[[Kernel], Callable[..., Any]],
+                 bucket: str | None = None) -> Decision:
         """The choice first, then the other kernels in the registry's order (fallbacks should the
         first refuse a call)."""
         why = choice.describe()
         by_name = {k.name: k for k in kernels}
         graphed = self._graphed(choice, by_name, launcher)
         if choice.winner == PEER:
-            return Decision([], why, choice.source, choice, graphed)
+            return Decision([], why, choice.source, choice, graphed, bucket)
         rest = [(k.name, launcher(k)) for k in kernels]
         if choice.kernel not in by_name:  # the cached winner no longer takes these inputs
             return Decision(rest, f"the measured winner {choice.winner} does not take these inputs now; registry order",
-                            "prior", choice)
+                            "prior", choice, bucket=bucket)
         first = _configured(launcher(by_name[choice.kernel]), choice.config)
         return Decision([(choice.winner, first), *(r for r in rest if r[0] != choice.kernel)], why, choice.source, choice,
-                        graphed)
+                        graphed, bucket)
 
     @staticmethod
     def _graphed(choice: Choice, by_name: dict[str, Kernel],
@@ -238,19 +259,23 @@ class Chooser:
                     tuner = self._tuners[device] = Tuner(self.op.name, TuningCache(tuning.cache_dir(), self.environment(device)))
         return tuner
 
-    def known(self, kernel_inputs: Sequence[Any], params: dict[str, Any], device: int) -> Choice | None:
-        """The bucket's choice where one is made or cached (never times)."""
-        bucket = self.bucket(kernel_inputs, params)
+    def known(
+        self, kernel_inputs: Sequence[Any], params: dict[str, Any], device: int, bucket: str | None = None
+    ) -> Choice | None:
+        """The bucket's choice where one is made or cached (never times); ``bucket``: the one a
+        plan's decision resolved (:meth:`resolved`), else the inputs' own."""
+        bucket = bucket or self.bucket(kernel_inputs, params)
         return None if bucket is None else self.tuner(device).known(bucket)
 
     def training(
         self, kernel_inputs: Sequence[Any], params: dict[str, Any], device: int,
-        steps: Callable[[], dict[Candidate, Callable[[], Any]] | None] | None,
+        steps: Callable[[], dict[Candidate, Callable[[], Any]] | None] | None, bucket: str | None = None,
     ) -> Choice | None:
         """The bucket's training choice: the peer, or the kernel's way (its forward, then its
         backward kernel or formula), each timed as a forward and a backward by the calls
-        ``steps()`` makes, where tuning may time and nobody has; None where there is none."""
-        bucket = self.bucket(kernel_inputs, params)
+        ``steps()`` makes, where tuning may time and nobody has; None where there is none.
+        ``bucket`` as for :meth:`known`."""
+        bucket = bucket or self.bucket(kernel_inputs, params)
         if bucket is None:
             return None
         key = f"{bucket}|{TRAINING}"

@@ -299,6 +299,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
             plan = Plan(view, outputs, params, peer_reason=f"faster for these inputs: {decision.why}", source=decision.source)
         else:
             plan = Plan(view, outputs, params, decision.launchers, decision.why, refused, source=decision.source)
+        plan.bucket = decision.bucket
         if decision.graphed is not None:
             label, launch = decision.graphed
             if launch is not None:
@@ -405,7 +406,7 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
         device = self.chooser.device(inputs)
         if not plan.launchers or plan.view is None or device is None:
             return text
-        training = self.chooser.training(plan.view.inputs(inputs), plan.params, device, None)
+        training = self.chooser.training(plan.view.inputs(inputs), plan.params, device, None, plan.bucket)
         if training is None:
             return text
         way = "the peer's own call" if training.winner == PEER else f"{plan.launchers[0][0]} and its backward"

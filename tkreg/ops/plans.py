@@ -89,6 +89,7 @@ class Plan:
     graphed_returned_only: bool = False
     # its own run and returned, where a capture switches ``run`` and ``returned`` to ``graphed``'s
     eager_calls: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+    bucket: str | None = None  # the tuning bucket its choice is kept under, where it has one
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

@@ -143,9 +143,9 @@ def _tuned(op: str, dispatcher: Any, call: Any, inputs: tuple[Any, ...], params:
     choice = trained = None
     if not isinstance(view, str):
         device, kernel_inputs = dispatcher.chooser.device(inputs), view.inputs(inputs)
-        choice = dispatcher.chooser.known(kernel_inputs, plan.params, device)
+        choice = dispatcher.chooser.known(kernel_inputs, plan.params, device, plan.bucket)
         if training and choice is not None:
-            trained = dispatcher.chooser.training(kernel_inputs, plan.params, device, None)
+            trained = dispatcher.chooser.training(kernel_inputs, plan.params, device, None, plan.bucket)
     return Tuned(op, label, choice, "" if choice is not None else plan.describe(op), trained)
 
 

@@ -141,7 +141,7 @@ class Training:
         if device is None or view is None:
             return None
         kernel_inputs = view.inputs(inputs)
-        choice = self.chooser.known(kernel_inputs, plan.params, device)
+        choice = self.chooser.known(kernel_inputs, plan.params, device, plan.bucket)
         if choice is None:
             return None
         functional, count, returned = self._functional_peer(plan.params), len(self.op.outputs), self.returned
@@ -156,7 +156,7 @@ class Training:
         steps = None
         if differentiable is not None:
             steps = functools.partial(self._training_steps, plan, inputs, peer_call, differentiable, plan.launchers[0][0])
-        training = self.chooser.training(kernel_inputs, plan.params, device, steps)
+        training = self.chooser.training(kernel_inputs, plan.params, device, steps, plan.bucket)
         if training is not None:
             return peer_call if training.winner == PEER else None
         peer_us, winner_us = choice.times_us.get(PEER), choice.times_us.get(choice.winner)

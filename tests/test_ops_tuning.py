@@ -290,6 +290,65 @@ def test_a_compiled_call_traces_the_peer_where_it_was_measured_fastest_or_nearly
     assert graphs and ("aten.mul" in graphs[0]) is traced and ("tkreg_dispatch" in graphs[0]) is not traced
 
 
+def _compiled_graph(ops: Any, x: Any, y: Any) -> str:
+    graphs: list[str] = []
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: ops.toy_mul(a, b) + 1, backend=recording_backend(graphs), fullgraph=True)
+    torch.testing.assert_close(compiled(x, y), x * y + 1)
+    assert graphs
+    return graphs[0]
+
+
+def test_a_compiled_call_of_a_shape_its_buckets_winner_refuses_reads_that_shapes_own_choice(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(SPEED, "toy_fast", 0.001)  # far ahead of the peer: a trace keeps its opaque call
+    fast = toy_kernel("toy_fast", toy_fast, priority=0, requires=tkreg.Requirements(inputs=toy_even_widths_only))
+    ops = ops_with(fast, toy_kernel("toy_slow", toy_slow, priority=5))
+    try:
+        even, odd = [(torch.randn(60, n, device=DEVICE), torch.randn(60, n, device=DEVICE)) for n in (64, 63)]
+        ops.toy_mul(*even), ops.toy_mul(*odd)  # the bucket (toy_fast), then the shapes toy_fast refuses (the peer)
+        assert "tkreg_dispatch" in _compiled_graph(ops, *even)
+        odd_graph = _compiled_graph(ops, *odd)
+        assert "aten.mul" in odd_graph and "tkreg_dispatch" not in odd_graph  # their own choice, the peer, traced
+    finally:
+        ops.uninstall()
+
+
+def toy_mul_in_float64(x: Any, y: Any, out: Any) -> Any:
+    RAN.append("toy_mul_in_float64")
+    return out.copy_(x.double() * y.double())
+
+
+toy_mul_in_float64.tkreg_traceable = True  # type: ignore[attr-defined]
+
+
+def test_a_compiled_call_traces_the_traceable_kernel_this_gpu_measured_not_the_registrys_first(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.ops_support import toy_mul_torch
+
+    first = toy_kernel("toy_first", toy_mul_torch, priority=10)  # the registry's first, traceable
+    measured = toy_kernel("toy_measured", toy_mul_in_float64, priority=0)
+    times = {"toy_first": 0.030, "toy_measured": 0.001, "peer": 0.040}
+    labels = {toy_mul_torch: "toy_first", toy_mul_in_float64: "toy_measured"}
+
+    def clock(call: Any, n: int) -> float:
+        target = getattr(call, "launcher", None) or getattr(call, "func", call)
+        return times[labels.get(target, "peer")] * n
+
+    monkeypatch.setattr(measuring, "_cuda_clock", clock)
+    ops = ops_with(first, measured)
+    try:
+        x, y = torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
+        assert "toy_measured" not in _compiled_graph(ops, x, y) and "to_copy" not in _compiled_graph(ops, x, y)
+        ops.toy_mul(x, y)  # times the bucket: toy_measured, far ahead
+        graph = _compiled_graph(ops, x, y)
+        assert "tkreg_dispatch" not in graph and ("to_copy" in graph or "convert_element_type" in graph)
+    finally:
+        ops.uninstall()
+
+
 def test_tkreg_tune_has_help_and_says_it_needs_a_gpu(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -5,6 +5,7 @@ measured choice gives a kernel too small a lead for an opaque call. Mixed into
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,8 @@ class Tracing:
 
     def static_route(self, inputs: Sequence[Any], params: dict[str, Any] | None = None) -> Callable[..., Any] | None:
         """For tracing (FakeTensors, no addresses): the kernel a call of these inputs runs at any
-        alignment, if its launcher is traceable (see tkreg.ops.traceable); else None, and the
+        alignment, if its launcher is traceable (see tkreg.ops.traceable): this GPU's measured
+        choice for their bucket where there is one, else the registry's first; else None, and the
         traced graph calls the op's run-time dispatch instead. Returns a callable of the inputs
         that returns every output."""
         values = self.params.values(params or {})
@@ -45,20 +47,30 @@ class Tracing:
         except (RuntimeError, TypeError, ValueError):  # symbolic sizes: decide at run time
             return None
         kwargs = self.params.as_dict(values)
-        peer_route = self._traced_peer(view, metas, kwargs)
+        measured = self._measured(metas, kwargs, aligned=True)
+        peer_route = self._traced_peer(view, metas, kwargs, measured)
         if peer_route is not None:
             return peer_route
-        tops = []
-        for aligned in (True, False):
-            ranking = self.registry.ranking(self.op.name, None, _at(metas, aligned))
-            runnable = self._without_writers(ranking.runnable, [])
-            tops.append(None if ranking.prefer_peer or not runnable else runnable[0])
-        first, other = tops
-        if first is None or other is None or first.name != other.name:
-            return None
+        rankings = [self.registry.ranking(self.op.name, None, _at(metas, aligned)) for aligned in (True, False)]
+        runnable = [self._without_writers(ranking.runnable, []) for ranking in rankings]
+        # a kernel this GPU measured well ahead: it, where it takes both alignments (a measured peer
+        # that cannot be traced, one leaving the kernels' own outputs unwritten, leaves the prior's)
+        if measured is not None and measured.kernel is not None:
+            first = next((k for k in runnable[0] if k.name == measured.kernel), None)
+            unaligned = self._measured(metas, kwargs, aligned=False)
+            if first is None or all(k.name != first.name for k in runnable[1]) or (unaligned and unaligned.kernel != first.name):
+                return None
+            config = dict(measured.config)
+        else:  # the prior: the registry's first, the same at either alignment
+            first, other = (None if r.prefer_peer or not kernels else kernels[0] for r, kernels in zip(rankings, runnable))
+            if first is None or other is None or first.name != other.name:
+                return None
+            config = {}
         launch = self.launcher(first)
         if not getattr(launch, TRACEABLE, False):
             return None
+        if config:
+            launch = functools.partial(launch, **config)
         form, several = self.form, self.several
 
         def traced(*inputs: Any) -> Any:
@@ -70,10 +82,22 @@ class Tracing:
 
         return traced
 
+    def _measured(self, metas: Sequence[TensorMeta | None], params: dict[str, Any], aligned: bool) -> Any:
+        """This GPU's measured choice for these inputs' bucket (at the stand-in alignment), as an
+        eager call resolves it (a bucket of their own where its winner refuses them); None where
+        there is none."""
+        device = self.chooser.device(metas)
+        at = _at(metas, aligned)
+        bucket = self.chooser.bucket(at, params) if device is not None else None
+        if bucket is None:
+            return None
+        kernels = self._without_writers(self.registry.ranking(self.op.name, None, at, ranked=False).runnable, [])
+        return self.chooser.resolved(self.chooser.tuner(device), bucket, kernels)[1]
+
     def _traced_peer(
-        self, view: KernelView, metas: Sequence[TensorMeta | None], params: dict[str, Any]
+        self, view: KernelView, metas: Sequence[TensorMeta | None], params: dict[str, Any], choice: Any
     ) -> Callable[..., Any] | None:
-        """Where this GPU's measured choice for the bucket (aligned inputs) is the peer, or a kernel
+        """Where this GPU's measured ``choice`` for the bucket (aligned inputs) is the peer, or a kernel
         ahead of it by less than COMPILED_MARGIN or OPAQUE_CALL_US, the peer itself, traced: the compiler then sees
         torch's operations (and plans them as it plans the same code written with torch) instead
         of an opaque call."""
@@ -82,7 +106,6 @@ class Tracing:
             # a traced peer would leave the kernels' own outputs unwritten, with no plan to say so;
             # a full peer writes them all
             return None
-        choice = self.chooser.known(_at(metas, True), params, device)
         if choice is None:
             return None
         if choice.winner != PEER:

@@ -52,6 +52,10 @@ def test_a_sibling_shape_stays_in_its_bucket_and_changes_where_a_size_can() -> N
             assert max(shapes._elements(op.contract.kind, drawn)) <= shapes.MAX_ELEMENTS
             if op.contract.kind == "linear":
                 assert drawn["N"] % 64 == 0 and drawn["K"] % 64 == 0
+    linear = Signature.of("matmul", {"M": 100, "N": 4096, "K": 4096}, "bfloat16")
+    for i in range(20):
+        odd = dict(shapes.sibling(linear, "linear", random.Random(i), odd_width=True).dims)  # type: ignore[union-attr]
+        assert odd["N"] % 2 == 1 and 3072 < odd["N"] <= 4096 and odd["K"] % 64 == 0 and 96 < odd["M"] <= 128
     tiny = Signature.of("add", {"M": 3, "N": 8}, "float32")
     assert shapes.sibling(tiny, "rows", rng) is None  # every size exact: a bucket of one shape
     assert {shapes.within_bucket(100, random.Random(i)) for i in range(200)} == set(range(97, 129))  # 96 < n <= 128
@@ -65,10 +69,12 @@ def test_sibling_rows_count_where_their_bucket_was_timed_by_another_shape() -> N
         return {"check": "bucket", "ratio": ratio, "pass": ratio >= 0.95, "choice_pass": ratio >= 0.9,
                 "same_bucket": True, "timing_calls": 0, **extra}  # fmt: skip
 
-    rows = [sibling(1.0), sibling(0.81, winner_refused=True), sibling(0.5, timing_calls=2), sibling(0.5, same_bucket=False)]
+    own = sibling(0.99, same_bucket=False, own_bucket=True, timing_calls=1)  # the winner refused it: timed apart
+    rows = [sibling(1.0), sibling(0.81), sibling(0.5, timing_calls=2), own]
     got = picks.summary(rows)
     assert (got["bucket_siblings"], got["bucket_siblings_untimed"], got["bucket_siblings_within"]) == (4, 2, 1)
-    assert (got["bucket_choices_within"], got["bucket_winner_refused"], got["bucket_geomean"]) == (1, 1, 0.9)
+    assert (got["bucket_choices_within"], got["bucket_geomean"]) == (1, 0.9)
+    assert (got["bucket_siblings_own"], got["bucket_own_within"]) == (1, 1)
     assert "bucket_siblings" not in picks.summary([{"check": "pick", "ratio": 1.0}])
 
 

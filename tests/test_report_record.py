@@ -333,13 +333,15 @@ def test_other_shapes_of_tuned_buckets_are_counted_where_they_timed_nothing() ->
         return {"check": "bucket", "op": "add", "ratio": ratio, "pass": ratio >= 0.95, "choice_pass": choice >= 0.95,
                 "same_bucket": True, "timing_calls": 0, **extra}  # fmt: skip
 
-    rows = [sibling(1.0, 1.0), sibling(0.81, 0.8, winner_refused=True), sibling(0.5, 0.5, timing_calls=3),
+    rows = [sibling(1.0, 1.0), sibling(0.81, 0.8), sibling(0.5, 0.5, timing_calls=3),
             sibling(0.5, 0.5, same_bucket=False), {"check": "bucket", "op": "add", "error": "RuntimeError: no"}]  # fmt: skip
     text = dispatch_table({"summary": {"seed": 1}, "rows": rows})
     assert "another shape of 4 buckets (every size over 8 redrawn within it) found the first shape's choice" in text
     assert "and timed nothing on 2;" in text  # one was timed, one fell in another bucket
-    assert "for its own inputs on 1 of 2 (geomean 0.900), the choice called directly on 1;" in text
-    assert "on 1 the bucket's winner could not take the shape and the registry's order ran it." in text
+    assert "for its own inputs on 1 of 2 (geomean 0.900), the choice called directly on 1." in text
+    rows[3].update(own_bucket=True, ratio=0.97, **{"pass": True})  # the one of another bucket: the winner refused it
+    text = dispatch_table({"summary": {"seed": 1}, "rows": rows})
+    assert "directly on 1; 1 shapes the bucket's winner could not take were timed in a bucket of their own, 1 of them" in text
     assert "Inside the buckets" not in dispatch_table({"summary": {}, "rows": rows[-1:]})  # no figures, no paragraph
 
 

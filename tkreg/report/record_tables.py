@@ -501,9 +501,10 @@ def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
         text += (f"; tkreg.ops was within 5% of the fastest for its own inputs on {sum(1 for r in held if r.get('pass'))} "
                  f"of {len(held)} (geomean {geomean(r['ratio'] for r in held):.3f}), the choice called directly on "
                  f"{sum(1 for r in held if r.get('choice_pass'))}")  # fmt: skip
-        refused = sum(1 for r in held if r.get("winner_refused"))
-        if refused:
-            text += f"; on {refused} the bucket's winner could not take the shape and the registry's order ran it"
+    own = [r for r in siblings if r.get("own_bucket")]
+    if own:
+        text += (f"; {len(own)} shapes the bucket's winner could not take were timed in a bucket of their own, "
+                 f"{sum(1 for r in own if r.get('pass'))} of them then within 5%")
     text += "."
     return text
 

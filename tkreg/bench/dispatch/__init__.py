@@ -12,7 +12,8 @@ passed, on this GPU, at the cost of a torch call, in eager, compiled and trainin
    choice for captured calls) is judged the same way. After 2 and 3, inside the buckets: for
    tuned signatures, another shape of the same bucket (every size redrawn within it), which
    tkreg.ops runs from the first shape's timing without timing anything, judged the same way on
-   its own inputs, within :data:`SIBLINGS_BUDGET_S`.
+   its own inputs, within :data:`SIBLINGS_BUDGET_S`; for a linear layer also one of an odd
+   width, which a winner needing TMA's 16-byte rows refuses (then timed in a bucket of its own).
 2. A cold process with the warm cache: the same shapes in a new process make no timing call; torch's
    own first call of each is made first, then tkreg's first call of each, one shape after another,
    timed against a warm call of the same shape: the median of calls made back to back, and a call
@@ -120,11 +121,13 @@ def _inside_buckets(registry: Registry, tuned: list[tuple[Signature, dict[str, A
     for pair in (p for turn in itertools.zip_longest(*by_op.values()) for p in turn if p is not None):
         sig, tuned_row = pair
         op = registry.op(sig.op)
-        other = sibling(sig, op.contract.kind, rng)
-        if other is None or time.monotonic() > ends:
-            continue
-        deadline.check(f"inside the bucket of {sig.label}")
-        rows.append(picks.inside_bucket(registry, op, other, tuned_row))
+        # a linear layer's bucket also gets a shape of an odd width, which TMA kernels refuse
+        for odd_width in (False, True) if op.contract.kind == "linear" else (False,):
+            other = sibling(sig, op.contract.kind, rng, odd_width)
+            if other is None or time.monotonic() > ends:
+                continue
+            deadline.check(f"inside the bucket of {sig.label}")
+            rows.append(picks.inside_bucket(registry, op, other, tuned_row) | ({"odd_width": True} if odd_width else {}))
     return rows
 
 

@@ -60,8 +60,8 @@ def inside_bucket(registry: Registry, op: Op, sig: Signature, tuned: dict[str, A
     row = pick_against_best(registry, op, sig, check="bucket")
     row["tuned_on"] = tuned["shape"]
     row["same_bucket"] = row.get("bucket") is not None and row.get("bucket") == tuned.get("bucket")
-    if "does not take these inputs now" in row.get("decision", ""):
-        row["winner_refused"] = True  # the bucket's winner cannot run this shape: the registry's order ran it
+    # a shape the bucket's winner refuses is timed in a bucket of its own (tkreg.ops.choosing.Chooser.resolved)
+    row["own_bucket"] = bool(tuned.get("bucket")) and str(row.get("bucket", "")).startswith(f"{tuned['bucket']}|without=")
     return row
 
 
@@ -200,16 +200,19 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _inside_buckets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The same counts for other shapes of tuned buckets (:func:`inside_bucket`), of those that
-    found their bucket timed and timed nothing themselves."""
+    found their bucket timed and timed nothing themselves; and of those the bucket's winner
+    refused, which timed a bucket of their own."""
     siblings = [r for r in rows if r.get("check") == "bucket" and "ratio" in r]
     if not siblings:
         return {}
     held = [r for r in siblings if r.get("same_bucket") and r.get("timing_calls") == 0]
+    own = [r for r in siblings if r.get("own_bucket")]
     return {
         "bucket_siblings": len(siblings),
         "bucket_siblings_untimed": len(held),
         "bucket_siblings_within": sum(bool(r["pass"]) for r in held),
         "bucket_choices_within": sum(bool(r.get("choice_pass")) for r in held),
         "bucket_geomean": round(geomean(r["ratio"] for r in held), 4) if held else None,
-        "bucket_winner_refused": sum(bool(r.get("winner_refused")) for r in held),
+        "bucket_siblings_own": len(own),
+        "bucket_own_within": sum(bool(r["pass"]) for r in own),
     }

@@ -32,17 +32,33 @@ def unseen(op: Op, rng: random.Random) -> list[Signature]:
     return found
 
 
-def sibling(sig: Signature, kind: str, rng: random.Random) -> Signature | None:
+def sibling(sig: Signature, kind: str, rng: random.Random, odd_width: bool = False) -> Signature | None:
     """Another signature of ``sig``'s tuning bucket: every size over 8 redrawn at random within its
     bucket (a linear layer's widths staying multiples of 64 where they were, as :func:`unseen`
-    draws them), the dtype and layout kept; None where no size can change."""
+    draws them), the dtype and layout kept; None where no size can change. ``odd_width``: a
+    linear layer's N drawn odd instead (a vocabulary of 50257, say), off the 16-byte rows TMA
+    kernels need."""
     dims = dict(sig.dims)
-    widths = set(list(dims)[1:]) if kind == "linear" else set()
+    names = list(dims)
+    widths = set(names[1:]) if kind == "linear" else set()
     for _ in range(20):
         drawn = {name: within_bucket(n, rng, 64 if name in widths and n % 64 == 0 else 1) for name, n in dims.items()}
+        if odd_width and kind == "linear":
+            odd = [n for n in range(bucket_below(dims[names[1]]) + 1, bucket_size(dims[names[1]]) + 1) if n % 2]
+            if not odd:
+                return None
+            drawn[names[1]] = rng.choice(odd)
         if drawn != dims and max(_elements(kind, drawn)) <= MAX_ELEMENTS:
             return Signature.of(sig.op, drawn, sig.dtype, sig.variant)
     return None
+
+
+def bucket_below(n: int) -> int:
+    """The top of the bucket below ``n``'s (tkreg.ops.tuning.bucket_size), n - 1 for exact sizes."""
+    top = bucket_size(n)
+    if top <= 8:
+        return n - 1
+    return top * 3 // 4 if top & (top - 1) == 0 else top * 2 // 3  # 16 -> 12, 12 -> 8, 24 -> 16
 
 
 def within_bucket(n: int, rng: random.Random, step: int = 1) -> int:
@@ -51,7 +67,7 @@ def within_bucket(n: int, rng: random.Random, step: int = 1) -> int:
     top = bucket_size(n)
     if top <= 8:  # exact sizes: a bucket of one
         return n
-    below = top * 3 // 4 if top & (top - 1) == 0 else top * 2 // 3  # 16 -> 12, 12 -> 8, 24 -> 16
+    below = bucket_below(n)
     sizes = range(below + step - below % step, top + 1, step)
     return rng.choice(sizes) if sizes else n
 

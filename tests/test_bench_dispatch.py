@@ -44,11 +44,14 @@ def test_a_sibling_shape_stays_in_its_bucket_and_changes_where_a_size_can() -> N
         for sig in shapes.unseen(op, rng):
             other = shapes.sibling(sig, op.contract.kind, rng)
             dims = dict(sig.dims)
-            if all(n <= 8 or (op.contract.kind == "linear" and name != "M" and bucket_size(n) == 64) for name, n in dims.items()):
-                continue  # exact sizes only: no other shape in the bucket
+            steps = [64 if op.contract.kind == "linear" and name != "M" else 8 for name in dims]
+            if all(_sizes_like(n, step) == 1 for n, step in zip(dims.values(), steps)):
+                assert other is None  # no other size of its bucket keeps its remainder
+                continue
             assert other is not None and other != sig and (other.dtype, other.variant) == (sig.dtype, sig.variant)
             drawn = dict(other.dims)
             assert [bucket_size(n) for n in drawn.values()] == [bucket_size(n) for n in dims.values()]
+            assert [n % step for n, step in zip(drawn.values(), steps)] == [n % step for n, step in zip(dims.values(), steps)]
             assert max(shapes._elements(op.contract.kind, drawn)) <= shapes.MAX_ELEMENTS
             if op.contract.kind == "linear":
                 assert drawn["N"] % 64 == 0 and drawn["K"] % 64 == 0
@@ -58,8 +61,16 @@ def test_a_sibling_shape_stays_in_its_bucket_and_changes_where_a_size_can() -> N
         assert odd["N"] % 2 == 1 and 3072 < odd["N"] <= 4096 and odd["K"] % 64 == 0 and 96 < odd["M"] <= 128
     tiny = Signature.of("add", {"M": 3, "N": 8}, "float32")
     assert shapes.sibling(tiny, "rows", rng) is None  # every size exact: a bucket of one shape
-    assert {shapes.within_bucket(100, random.Random(i)) for i in range(200)} == set(range(97, 129))  # 96 < n <= 128
-    assert {shapes.within_bucket(3000, random.Random(i), 64) for i in range(200)} == set(range(2112, 3073, 64))
+    assert {shapes.within_bucket(100, random.Random(i)) for i in range(200)} == {100, 108, 116, 124}  # 96 < n <= 128
+    assert {shapes.within_bucket(3008, random.Random(i), 64) for i in range(200)} == set(range(2112, 3073, 64))
+
+
+def _sizes_like(n: int, step: int) -> int:
+    """How many sizes of n's bucket share its remainder modulo ``step``."""
+    from tkreg.ops.tuning import bucket_size
+
+    top = bucket_size(n)
+    return 1 if top <= 8 else sum(1 for m in range(shapes.bucket_below(n) + 1, top + 1) if m % step == n % step)
 
 
 def test_sibling_rows_count_where_their_bucket_was_timed_by_another_shape() -> None:

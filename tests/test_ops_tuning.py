@@ -142,28 +142,28 @@ def test_the_first_call_of_a_bucket_times_every_candidate_once_and_runs_the_fast
     assert "from the tuning cache" in fresh.explain("toy_mul", x, y)
 
 
-def toy_even_widths_only(x: Any, y: Any, *rest: Any) -> list[str]:
-    return [] if x.shape[-1] % 2 == 0 else [f"rows of {x.shape[-1]} elements; toy_fast takes even widths only"]
+def toy_narrow_rows_only(x: Any, y: Any, *rest: Any) -> list[str]:
+    return [] if x.shape[-1] <= 62 else [f"rows of {x.shape[-1]} elements; toy_fast takes up to 62"]
 
 
 def test_a_shape_the_buckets_winner_refuses_is_timed_in_a_bucket_of_its_own(gpu_like: Path) -> None:
-    fast = toy_kernel("toy_fast", toy_fast, priority=0, requires=tkreg.Requirements(inputs=toy_even_widths_only))
+    fast = toy_kernel("toy_fast", toy_fast, priority=0, requires=tkreg.Requirements(inputs=toy_narrow_rows_only))
     ops = ops_with(fast, toy_kernel("toy_slow", toy_slow, priority=5))
     try:
-        even, odd = [(torch.randn(60, n, device=DEVICE), torch.randn(60, n, device=DEVICE)) for n in (64, 63)]
-        ops.toy_mul(*even)  # times the bucket (<= 64 by <= 64): toy_fast wins
+        even, odd = [(torch.randn(60, n, device=DEVICE), torch.randn(60, n, device=DEVICE)) for n in (60, 64)]
+        ops.toy_mul(*even)  # times the bucket (<= 64 by <= 64, rows of 16-byte multiples): toy_fast wins
         assert set(TIMED) == {"toy_fast", "toy_slow", "peer"}
         TIMED.clear()
         RAN.clear()
         torch.testing.assert_close(ops.toy_mul(*odd), odd[0] * odd[1])
-        # toy_fast cannot take 63 wide rows: not the registry's order (toy_slow first) unmeasured,
+        # toy_fast cannot take 64 wide rows: not the registry's order (toy_slow first) unmeasured,
         # but the shapes it refuses timed apart, the peer the faster of what is left
         assert set(TIMED) == {"toy_slow", "peer"} and RAN == ["toy_slow"] * RAN.count("toy_slow")
         text = ops.explain("toy_mul", *odd)
         assert "calls its peer" in text and "|without=toy_fast (timed in this process" in text
         TIMED.clear()
-        ops.toy_mul(torch.randn(57, 61, device=DEVICE), torch.randn(57, 61, device=DEVICE))  # refused too: that bucket
-        ops.toy_mul(torch.randn(58, 62, device=DEVICE), torch.randn(58, 62, device=DEVICE))  # taken: the first one
+        ops.toy_mul(torch.randn(57, 64, device=DEVICE), torch.randn(57, 64, device=DEVICE))  # refused too: that bucket
+        ops.toy_mul(torch.randn(58, 56, device=DEVICE), torch.randn(58, 56, device=DEVICE))  # taken: the first one
         assert TIMED == []
         assert "toy_fast fastest for bucket" in ops.explain("toy_mul", *even) and "without" not in ops.explain("toy_mul", *even)
         # a later process reads both choices and times neither
@@ -253,6 +253,15 @@ def test_buckets_keep_dtypes_alignment_and_parameters_apart() -> None:
     assert chooser.bucket((a, a), {"alpha": 2.0}).endswith("alpha=2.0")
     unaligned = torch.randn(201)[1:].view(10, 20)
     assert chooser.bucket((unaligned, a), {}) != key
+    # rows of a 16-byte multiple (20 float32) and rows off it (19, 21): one bucket of sizes, three of rows
+    assert key.endswith("|rows=aa") and chooser.bucket((torch.randn(9, 24), torch.randn(9, 24)), {}) == key
+    odd = chooser.bucket((torch.randn(10, 19), torch.randn(10, 19)), {})
+    assert odd == key.replace("rows=aa", "rows=uu") and chooser.bucket((torch.randn(10, 21), a), {}).endswith("rows=ua")
+    padded = torch.randn(10, 24)[:, :19]  # 19 wide rows 24 apart: the rows are off, the stride is not
+    assert chooser.bucket((padded, padded), {}).endswith("rows=uu")
+    # a transposed view: its last dim (the rows of a product's output) counts, and its stride
+    assert chooser.bucket((torch.randn(12, 20).t(), torch.randn(10, 20).t()), {}).endswith("rows=au")  # 12 and 10 wide
+    assert chooser.bucket((torch.randn(20, 10).half(), torch.randn(10, 24).half()), {}).endswith("rows=ua")  # 20 and 48 bytes
 
 
 def recording_backend(graphs: list[str]) -> Any:
@@ -303,10 +312,10 @@ def test_a_compiled_call_of_a_shape_its_buckets_winner_refuses_reads_that_shapes
     gpu_like: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(SPEED, "toy_fast", 0.001)  # far ahead of the peer: a trace keeps its opaque call
-    fast = toy_kernel("toy_fast", toy_fast, priority=0, requires=tkreg.Requirements(inputs=toy_even_widths_only))
+    fast = toy_kernel("toy_fast", toy_fast, priority=0, requires=tkreg.Requirements(inputs=toy_narrow_rows_only))
     ops = ops_with(fast, toy_kernel("toy_slow", toy_slow, priority=5))
     try:
-        even, odd = [(torch.randn(60, n, device=DEVICE), torch.randn(60, n, device=DEVICE)) for n in (64, 63)]
+        even, odd = [(torch.randn(60, n, device=DEVICE), torch.randn(60, n, device=DEVICE)) for n in (60, 64)]
         ops.toy_mul(*even), ops.toy_mul(*odd)  # the bucket (toy_fast), then the shapes toy_fast refuses (the peer)
         assert "tkreg_dispatch" in _compiled_graph(ops, *even)
         odd_graph = _compiled_graph(ops, *odd)

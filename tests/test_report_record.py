@@ -341,7 +341,7 @@ def test_other_shapes_of_tuned_buckets_are_counted_where_they_timed_nothing() ->
     assert "for its own inputs on 1 of 2 (geomean 0.900), the choice called directly on 1." in text
     rows[3].update(own_bucket=True, ratio=0.97, **{"pass": True})  # the one of another bucket: the winner refused it
     text = dispatch_table({"summary": {"seed": 1}, "rows": rows})
-    assert "directly on 1; 1 shapes the bucket's winner could not take were timed in a bucket of their own, 1 of them" in text
+    assert "directly on 1; 1 of odd widths (rows off 16 bytes: another bucket) were timed in a bucket of their own, 1 of" in text
     assert "Inside the buckets" not in dispatch_table({"summary": {}, "rows": rows[-1:]})  # no figures, no paragraph
 
 

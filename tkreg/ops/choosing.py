@@ -80,8 +80,9 @@ class Chooser:
         kinds = ",".join("none" if t is None else str(t.dtype).removeprefix("torch.") for t in kernel_inputs
                          if t is None or hasattr(t, "data_ptr"))  # fmt: skip
         aligned = "".join("a" if t.data_ptr() % ALIGN == 0 else "u" for t in tensors)
+        rows = "".join(_rows_class(t) for t in tensors)
         shown = ",".join(f"{k}={v}" for k, v in params.items())
-        return tuning.bucket_key(dims, kinds, self.form.layout(kernel_inputs), f"align={aligned}", shown)
+        return tuning.bucket_key(dims, kinds, self.form.layout(kernel_inputs), f"align={aligned}", f"rows={rows}", shown)
 
     # -- choosing ----------------------------------------------------------------------------
     def decide(
@@ -388,6 +389,16 @@ def _environment(device: int, plugins: str) -> tuple[tuple[str, str], ...]:
         ("tkreg", installed_version("tkreg") or ""),
         ("plugins", plugins),
     )
+
+
+def _rows_class(t: Any) -> str:
+    """"a" where a tensor's rows (its last dim) and every stride but a unit one span a multiple of
+    ALIGN bytes, else "u": sizes of one bucket on either side run different kernels. TMA kernels
+    refuse the "u" ones, and cuBLAS runs slower kernels there: a product the peer won at
+    110x12352x4352 ran at 0.26 of matmul_triton's speed at 103x12519x5056 (H200, 2026-12-03)."""
+    size = t.element_size()
+    spans = [*t.shape[-1:], *(s for s in t.stride() if s != 1)]
+    return "a" if all(n * size % ALIGN == 0 for n in spans) else "u"
 
 
 def _shapes(kernel_inputs: Sequence[Any]) -> str:

@@ -503,7 +503,7 @@ def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
                  f"{sum(1 for r in held if r.get('choice_pass'))}")  # fmt: skip
     own = [r for r in siblings if r.get("own_bucket")]
     if own:
-        text += (f"; {len(own)} shapes the bucket's winner could not take were timed in a bucket of their own, "
+        text += (f"; {len(own)} of odd widths (rows off 16 bytes: another bucket) were timed in a bucket of their own, "
                  f"{sum(1 for r in own if r.get('pass'))} of them then within 5%")
     text += "."
     return text

@@ -60,8 +60,8 @@ def inside_bucket(registry: Registry, op: Op, sig: Signature, tuned: dict[str, A
     row = pick_against_best(registry, op, sig, check="bucket")
     row["tuned_on"] = tuned["shape"]
     row["same_bucket"] = row.get("bucket") is not None and row.get("bucket") == tuned.get("bucket")
-    # a shape the bucket's winner refuses is timed in a bucket of its own (tkreg.ops.choosing.Chooser.resolved)
-    row["own_bucket"] = bool(tuned.get("bucket")) and str(row.get("bucket", "")).startswith(f"{tuned['bucket']}|without=")
+    # another rows class (an odd width), or a shape the bucket's winner refuses: a bucket of its own
+    row["own_bucket"] = bool(row.get("bucket")) and not row["same_bucket"]
     return row
 
 
@@ -200,8 +200,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _inside_buckets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The same counts for other shapes of tuned buckets (:func:`inside_bucket`), of those that
-    found their bucket timed and timed nothing themselves; and of those the bucket's winner
-    refused, which timed a bucket of their own."""
+    found their bucket timed and timed nothing themselves; and of those in a bucket of their own
+    (another rows class, or refused by the bucket's winner)."""
     siblings = [r for r in rows if r.get("check") == "bucket" and "ratio" in r]
     if not siblings:
         return {}

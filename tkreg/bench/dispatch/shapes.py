@@ -34,15 +34,15 @@ def unseen(op: Op, rng: random.Random) -> list[Signature]:
 
 def sibling(sig: Signature, kind: str, rng: random.Random, odd_width: bool = False) -> Signature | None:
     """Another signature of ``sig``'s tuning bucket: every size over 8 redrawn at random within its
-    bucket (a linear layer's widths staying multiples of 64 where they were, as :func:`unseen`
-    draws them), the dtype and layout kept; None where no size can change. ``odd_width``: a
-    linear layer's N drawn odd instead (a vocabulary of 50257, say), off the 16-byte rows TMA
-    kernels need."""
+    bucket, keeping its remainder modulo 8 (a linear layer's widths modulo 64, multiples of it as
+    :func:`unseen` draws them), so its rows class too; the dtype and layout kept; None where no
+    size can change. ``odd_width``: a linear layer's N drawn odd instead (a vocabulary of 50257,
+    say), rows off 16 bytes: another bucket, which TMA kernels refuse and cuBLAS runs slower."""
     dims = dict(sig.dims)
     names = list(dims)
     widths = set(names[1:]) if kind == "linear" else set()
     for _ in range(20):
-        drawn = {name: within_bucket(n, rng, 64 if name in widths and n % 64 == 0 else 1) for name, n in dims.items()}
+        drawn = {name: within_bucket(n, rng, 64 if name in widths else 8) for name, n in dims.items()}
         if odd_width and kind == "linear":
             odd = [n for n in range(bucket_below(dims[names[1]]) + 1, bucket_size(dims[names[1]]) + 1) if n % 2]
             if not odd:
@@ -61,15 +61,14 @@ def bucket_below(n: int) -> int:
     return top * 3 // 4 if top & (top - 1) == 0 else top * 2 // 3  # 16 -> 12, 12 -> 8, 24 -> 16
 
 
-def within_bucket(n: int, rng: random.Random, step: int = 1) -> int:
+def within_bucket(n: int, rng: random.Random, step: int = 8) -> int:
     """A size drawn at random from ``n``'s bucket (tkreg.ops.tuning.bucket_size): above the
-    bucket below it, up to its top, a multiple of ``step`` (``n`` where there is no other)."""
+    bucket below it, up to its top, and ``n`` modulo ``step``, so that rows of it span a multiple
+    of 16 bytes where ``n``'s do (the bucket's rows class, tkreg.ops.choosing)."""
     top = bucket_size(n)
     if top <= 8:  # exact sizes: a bucket of one
         return n
-    below = bucket_below(n)
-    sizes = range(below + step - below % step, top + 1, step)
-    return rng.choice(sizes) if sizes else n
+    return rng.choice([m for m in range(bucket_below(n) + 1, top + 1) if m % step == n % step])
 
 
 def _random_dims(kind: str, names: Sequence[str], rng: random.Random) -> dict[str, int]:

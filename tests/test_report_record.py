@@ -339,9 +339,11 @@ def test_other_shapes_of_tuned_buckets_are_counted_where_they_timed_nothing() ->
     assert "another shape of 4 buckets (every size over 8 redrawn within it) found the first shape's choice" in text
     assert "and timed nothing on 2;" in text  # one was timed, one fell in another bucket
     assert "for its own inputs on 1 of 2 (geomean 0.900), the choice called directly on 1." in text
+    rows[1]["odd_width"] = True
+    assert "the choice called directly on 1 (of them 1 of an odd width, 0 within 5%)." in dispatch_table({"rows": rows})
     rows[3].update(own_bucket=True, ratio=0.97, **{"pass": True})  # the one of another bucket: the winner refused it
     text = dispatch_table({"summary": {"seed": 1}, "rows": rows})
-    assert "directly on 1; 1 of odd widths (rows off 16 bytes: another bucket) were timed in a bucket of their own, 1 of" in text
+    assert "width, 0 within 5%); 1 of odd widths (rows off 16 bytes: another bucket) were timed in a bucket of their own" in text
     assert "Inside the buckets" not in dispatch_table({"summary": {}, "rows": rows[-1:]})  # no figures, no paragraph
 
 

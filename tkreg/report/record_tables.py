@@ -501,6 +501,9 @@ def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
         text += (f"; tkreg.ops was within 5% of the fastest for its own inputs on {sum(1 for r in held if r.get('pass'))} "
                  f"of {len(held)} (geomean {geomean(r['ratio'] for r in held):.3f}), the choice called directly on "
                  f"{sum(1 for r in held if r.get('choice_pass'))}")  # fmt: skip
+        odd = [r for r in held if r.get("odd_width")]
+        if odd:  # recorded before odd widths were a bucket of their own
+            text += f" (of them {len(odd)} of an odd width, {sum(1 for r in odd if r.get('pass'))} within 5%)"
     own = [r for r in siblings if r.get("own_bucket")]
     if own:
         text += (f"; {len(own)} of odd widths (rows off 16 bytes: another bucket) were timed in a bucket of their own, "

@@ -22,7 +22,8 @@ from typing import Any
 # 4: the leaders and the peer sit twice (choices of 3 could rest on one held-back sitting).
 # 5: ties broken by host and GPU time together (choices of 4 broke them by host time alone).
 # 6: a choice for calls captured in CUDA graphs (choices of 5 had none: captures ran the eager one).
-FORMAT = 6
+# 7: buckets keep their inputs' rows class (a choice of 6 held for rows on and off 16 bytes alike).
+FORMAT = 7
 
 
 @dataclass(frozen=True)

@@ -67,10 +67,10 @@ def test_a_sibling_shape_stays_in_its_bucket_and_changes_where_a_size_can() -> N
 
 def _sizes_like(n: int, step: int) -> int:
     """How many sizes of n's bucket share its remainder modulo ``step``."""
-    from tkreg.ops.tuning import bucket_size
+    from tkreg.ops.tuning import bucket_floor, bucket_size
 
     top = bucket_size(n)
-    return 1 if top <= 8 else sum(1 for m in range(shapes.bucket_below(n) + 1, top + 1) if m % step == n % step)
+    return 1 if top <= 8 else sum(1 for m in range(bucket_floor(n) + 1, top + 1) if m % step == n % step)
 
 
 def test_sibling_rows_count_where_their_bucket_was_timed_by_another_shape() -> None:

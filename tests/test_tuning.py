@@ -28,6 +28,8 @@ def choice(bucket: str, winner: str = "k1") -> Choice:
                                            (4097, 6144), (6144, 6144), (6145, 8192), (28672, 32768)])
 def test_sizes_fall_in_two_buckets_per_octave(n: int, bucket: int) -> None:
     assert tuning.bucket_size(n) == bucket
+    floor = tuning.bucket_floor(n)  # the bucket's sizes: above its floor, up to its top
+    assert floor < n and tuning.bucket_size(floor) != bucket and tuning.bucket_size(floor + 1) == bucket
 
 
 def test_bucket_keys_are_readable_and_skip_empty_qualifiers() -> None:

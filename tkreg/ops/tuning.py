@@ -65,6 +65,15 @@ def bucket_size(n: int) -> int:
     return three_quarters if n <= three_quarters else power
 
 
+def bucket_floor(n: int) -> int:
+    """The largest size below ``n``'s bucket (:func:`bucket_size`): its sizes are those above this,
+    up to ``bucket_size(n)`` (n - 1 for the exact sizes up to 8)."""
+    top = bucket_size(n)
+    if top <= 8:
+        return n - 1
+    return top * 3 // 4 if top & (top - 1) == 0 else top * 2 // 3  # 16 -> 12, 12 -> 8, 24 -> 16
+
+
 def bucket_key(dims: Mapping[str, int], *qualifiers: str) -> str:
     """A readable key: "M<=12,N<=4096,K<=4096|bfloat16|a row, b col|aligned|eps=1e-05"."""
     sizes = ",".join(f"{k}<={bucket_size(v)}" for k, v in dims.items())

@@ -9,7 +9,7 @@ import random
 from collections.abc import Sequence
 
 from ...core.specs import Op
-from ...ops.tuning import bucket_size
+from ...ops.tuning import bucket_floor, bucket_size
 from ..calls import Signature
 
 SHAPES_PER_OP = {"linear": 10}  # random shapes per contract kind (others: DEFAULT_SHAPES)
@@ -41,34 +41,27 @@ def sibling(sig: Signature, kind: str, rng: random.Random, odd_width: bool = Fal
     dims = dict(sig.dims)
     names = list(dims)
     widths = set(names[1:]) if kind == "linear" else set()
+    odd = odd_width and kind == "linear"
     for _ in range(20):
         drawn = {name: within_bucket(n, rng, 64 if name in widths else 8) for name, n in dims.items()}
-        if odd_width and kind == "linear":
-            odd = [n for n in range(bucket_below(dims[names[1]]) + 1, bucket_size(dims[names[1]]) + 1) if n % 2]
-            if not odd:
+        if odd:
+            drawn[names[1]] = within_bucket(dims[names[1]], rng, 2, remainder=1)
+            if drawn[names[1]] % 2 == 0:  # an exact even size: its bucket has no odd one
                 return None
-            drawn[names[1]] = rng.choice(odd)
         if drawn != dims and max(_elements(kind, drawn)) <= MAX_ELEMENTS:
             return Signature.of(sig.op, drawn, sig.dtype, sig.variant)
     return None
 
 
-def bucket_below(n: int) -> int:
-    """The top of the bucket below ``n``'s (tkreg.ops.tuning.bucket_size), n - 1 for exact sizes."""
+def within_bucket(n: int, rng: random.Random, step: int = 8, remainder: int | None = None) -> int:
+    """A size drawn at random from ``n``'s bucket (tkreg.ops.tuning.bucket_size), equal to
+    ``remainder`` (default: ``n``'s) modulo ``step``: by default rows of it span a multiple of 16
+    bytes where ``n``'s do (the bucket's rows class, tkreg.ops.choosing). ``n`` for the exact
+    sizes up to 8, or where the bucket has no such size."""
     top = bucket_size(n)
-    if top <= 8:
-        return n - 1
-    return top * 3 // 4 if top & (top - 1) == 0 else top * 2 // 3  # 16 -> 12, 12 -> 8, 24 -> 16
-
-
-def within_bucket(n: int, rng: random.Random, step: int = 8) -> int:
-    """A size drawn at random from ``n``'s bucket (tkreg.ops.tuning.bucket_size): above the
-    bucket below it, up to its top, and ``n`` modulo ``step``, so that rows of it span a multiple
-    of 16 bytes where ``n``'s do (the bucket's rows class, tkreg.ops.choosing)."""
-    top = bucket_size(n)
-    if top <= 8:  # exact sizes: a bucket of one
-        return n
-    return rng.choice([m for m in range(bucket_below(n) + 1, top + 1) if m % step == n % step])
+    wanted = n % step if remainder is None else remainder
+    sizes = [m for m in range(bucket_floor(n) + 1, top + 1) if m % step == wanted] if top > 8 else []
+    return rng.choice(sizes) if sizes else n
 
 
 def _random_dims(kind: str, names: Sequence[str], rng: random.Random) -> dict[str, int]:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from ...core.loading import default_registry
 from ..calls import Signature, make_inputs, peer_call, say
-from .picks import chosen_labels
+from .picks import TimingCalls, chosen_labels
 
 WARM_CALLS = 10  # per shape, after its first call: their median is the warm call
 
@@ -120,16 +120,8 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
     of host time there, against 15-29 for a warm call, and tkreg's first call after it 24-31; without it,
     tkreg's first call took the 124-172). Nothing else is timed in that process."""
     from ... import ops
-    from ...ops import tuning
 
-    counted = {"n": 0}
-    original = tuning.measure  # the tuner's own name for it: every timing call goes through it
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        counted["n"] += 1
-        return original(*args, **kwargs)
-
-    tuning.measure = counting  # type: ignore[assignment]
+    counted = TimingCalls().start()  # for the process's life: it ends when its calls do
     registry = default_registry()
     signatures = json.loads(payload)
     started = time.perf_counter()
@@ -164,11 +156,11 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
             total, host = _split(shape.peer)
             shape.row.update(torch_here_us=round(total, 1), torch_here_host_us=round(host, 1))
         plans = ops._installed["dispatchers"][shape.op]._plans
-        before, planned_before, allocs = counted["n"], len(plans), _device_allocs()
+        before, planned_before, allocs = counted.n, len(plans), _device_allocs()
         timed = _first_and_warm(shape.call)
         shape.row.update(first_us=round(timed.first, 1), warm_us=round(timed.warm, 1), warm_over_2x=timed.warm_over_2x,
                          warm_calls=WARM_CALLS, first_host_us=round(timed.first_host, 1),
-                         warm_host_us=round(timed.warm_host, 1), timing_calls=counted["n"] - before,
+                         warm_host_us=round(timed.warm_host, 1), timing_calls=counted.n - before,
                          planned=len(plans) > planned_before, device_allocs=_device_allocs() - allocs)  # fmt: skip
     rows = [shape.row for shape in shapes]
     if torch_here:

@@ -98,12 +98,11 @@ class Chooser:
     ) -> Decision:
         """The plan's order: the bucket's measured choice first (timing it if ``tune`` and nobody
         has), else ``prior`` (the registry's order, or its peer)."""
-        device = self.device(kernel_inputs)
-        bucket = self.bucket(kernel_inputs, params) if device is not None else None
-        if device is None or bucket is None:
+        found = self.measured(kernel_inputs, params, kernels)
+        if found is None:
             return prior
+        device, bucket, choice = found
         tuner = self.tuner(device)
-        bucket, choice = self.resolved(tuner, bucket, kernels)
         if choice is None:
             # What would be timed, named without calling or importing anything: a plan that does
             # not time (tuning off, a capture, explain) runs no candidate and loads no launcher.
@@ -128,12 +127,23 @@ class Chooser:
     ) -> Decision | None:
         """The order the bucket's choice (made in this process or read from the cache) gives,
         without timing or the prior; None where the bucket has none."""
+        found = self.measured(kernel_inputs, params, kernels)
+        if found is None or found[2] is None:
+            return None
+        _, bucket, choice = found
+        return self._ordered(choice, kernels, launcher, bucket)
+
+    def measured(
+        self, kernel_inputs: Sequence[Any], params: dict[str, Any], kernels: Sequence[Kernel]
+    ) -> tuple[int, str, Choice | None] | None:
+        """The inputs' CUDA device, the bucket their choice is kept under (:meth:`resolved`, given
+        the ``kernels`` that take them) and that choice (None: not made yet); None off a CUDA
+        device, or where their dims cannot be named. Never times."""
         device = self.device(kernel_inputs)
         bucket = self.bucket(kernel_inputs, params) if device is not None else None
         if device is None or bucket is None:
             return None
-        bucket, choice = self.resolved(self.tuner(device), bucket, kernels)
-        return None if choice is None else self._ordered(choice, kernels, launcher, bucket)
+        return (device, *self.resolved(self.tuner(device), bucket, kernels))
 
     @staticmethod
     def resolved(tuner: Tuner, bucket: str, kernels: Sequence[Kernel]) -> tuple[str, Choice | None]:

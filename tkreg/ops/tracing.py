@@ -47,22 +47,29 @@ class Tracing:
         except (RuntimeError, TypeError, ValueError):  # symbolic sizes: decide at run time
             return None
         kwargs = self.params.as_dict(values)
-        measured = self._measured(metas, kwargs, aligned=True)
+        at = {aligned: _at(metas, aligned) for aligned in (True, False)}
+        takers = self._takers(at[True])
+        measured = self._measured(at[True], kwargs, takers)
         peer_route = self._traced_peer(view, metas, kwargs, measured)
         if peer_route is not None:
             return peer_route
-        rankings = [self.registry.ranking(self.op.name, None, _at(metas, aligned)) for aligned in (True, False)]
-        runnable = [self._without_writers(ranking.runnable, []) for ranking in rankings]
         # a kernel this GPU measured well ahead: it, where it takes both alignments (a measured peer
         # that cannot be traced, one leaving the kernels' own outputs unwritten, leaves the prior's)
         if measured is not None and measured.kernel is not None:
-            first = next((k for k in runnable[0] if k.name == measured.kernel), None)
-            unaligned = self._measured(metas, kwargs, aligned=False)
-            if first is None or all(k.name != first.name for k in runnable[1]) or (unaligned and unaligned.kernel != first.name):
+            first = next((k for k in takers if k.name == measured.kernel), None)
+            unaligned_takers = self._takers(at[False])
+            unaligned = self._measured(at[False], kwargs, unaligned_takers)
+            if (first is None or first.name not in {k.name for k in unaligned_takers}
+                    or (unaligned is not None and unaligned.kernel != first.name)):  # fmt: skip
                 return None
             config = dict(measured.config)
         else:  # the prior: the registry's first, the same at either alignment
-            first, other = (None if r.prefer_peer or not kernels else kernels[0] for r, kernels in zip(rankings, runnable))
+            tops = []
+            for aligned in (True, False):
+                ranking = self.registry.ranking(self.op.name, None, at[aligned])
+                runnable = self._without_writers(ranking.runnable, [])
+                tops.append(None if ranking.prefer_peer or not runnable else runnable[0])
+            first, other = tops
             if first is None or other is None or first.name != other.name:
                 return None
             config = {}
@@ -82,17 +89,15 @@ class Tracing:
 
         return traced
 
-    def _measured(self, metas: Sequence[TensorMeta | None], params: dict[str, Any], aligned: bool) -> Any:
-        """This GPU's measured choice for these inputs' bucket (at the stand-in alignment), as an
-        eager call resolves it (a bucket of their own where its winner refuses them); None where
-        there is none."""
-        device = self.chooser.device(metas)
-        at = _at(metas, aligned)
-        bucket = self.chooser.bucket(at, params) if device is not None else None
-        if bucket is None:
-            return None
-        kernels = self._without_writers(self.registry.ranking(self.op.name, None, at, ranked=False).runnable, [])
-        return self.chooser.resolved(self.chooser.tuner(device), bucket, kernels)[1]
+    def _takers(self, at: Sequence[TensorMeta | None]) -> list[Any]:
+        """The kernels that take inputs of these metadata (unranked: who, not in what order)."""
+        return self._without_writers(self.registry.ranking(self.op.name, None, at, ranked=False).runnable, [])
+
+    def _measured(self, at: Sequence[TensorMeta | None], params: dict[str, Any], takers: Sequence[Any]) -> Any:
+        """This GPU's measured choice for the bucket of inputs of these metadata, as an eager call
+        resolves it (a bucket of their own where its winner refuses them); None where there is none."""
+        found = self.chooser.measured(at, params, takers)
+        return None if found is None else found[2]
 
     def _traced_peer(
         self, view: KernelView, metas: Sequence[TensorMeta | None], params: dict[str, Any], choice: Any

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .figures import geomean, is_number, median_of_sorted, spread, us_text
+from .figures import geomean, is_number, median_of_sorted, ratio_range, us_text
 from .markdown import table
 
 
@@ -188,7 +188,7 @@ def _cold_row(calls: str, shapes: str, firsts: Sequence[tuple[float, float, floa
     after = [first / later for first, _, later in firsts if later]
     return [calls, shapes, str(len(ratios)), str(sum(x <= 2.0 for x in ratios)),
             f"{sum(x <= 2.0 for x in after)} of {len(after)}" if after else "-", f"{median_of_sorted(ratios):.1f}x",
-            spread(ratios)]  # fmt: skip
+            ratio_range(ratios)]  # fmt: skip
 
 
 def _cold_notes(

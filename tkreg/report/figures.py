@@ -17,7 +17,7 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def spread(sorted_ratios: Sequence[float]) -> str:
+def ratio_range(sorted_ratios: Sequence[float]) -> str:
     """"1.1x to 3.4x"; "1.1x to 10897x" (tenths from 10x up say nothing)."""
     return " to ".join(f"{x:.1f}x" if x < 10 else f"{x:.0f}x" for x in (sorted_ratios[0], sorted_ratios[-1]))
 

@@ -67,8 +67,7 @@ def measure(deadline: Deadline) -> Measured:
     seed = int(os.environ.get("TKREG_BENCH_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
-    tuned: list[Signature] = []
-    tuned_rows: list[dict[str, Any]] = []
+    tuned: list[tuple[Signature, dict[str, Any]]] = []  # each tuned signature, and its pick's row
     for op in registry.ops():
         if op.contract.kind == "plain" or not op.cases_in("bench"):
             continue
@@ -77,14 +76,14 @@ def measure(deadline: Deadline) -> Measured:
             row = picks.pick_against_best(registry, op, sig)
             rows.append(row)
             if "error" not in row:
-                tuned.append(sig)
-                tuned_rows.append(row)
+                tuned.append((sig, row))
+    tuned_signatures = [sig for sig, _ in tuned]
     deadline.check("the cold process")
-    rows += cold.cold_process(tuned, min(deadline.left() - 60, 120))
+    rows += cold.cold_process(tuned_signatures, min(deadline.left() - 60, 120))
     deadline.check("CUDA graphs")
-    rows += graph_replays(registry, tuned)
+    rows += graph_replays(registry, tuned_signatures)
     # after the cold processes: the siblings' signatures, remembered too, would add to their preload
-    rows += _inside_buckets(registry, list(zip(tuned, tuned_rows)), rng, deadline)
+    rows += _inside_buckets(registry, tuned, rng, deadline)
     linear = [op for op in registry.ops() if op.contract.kind == "linear"]
     if linear:
         mm = ops.get(linear[0].name)

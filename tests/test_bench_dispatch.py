@@ -12,7 +12,7 @@ import pytest
 
 import tkreg
 from tkreg.bench.calls import Signature
-from tkreg.bench.dispatch import cold, shapes, workloads
+from tkreg.bench.dispatch import cold, picks, shapes, workloads
 
 
 def test_random_shapes_follow_each_contract_and_repeat_for_a_seed() -> None:
@@ -74,8 +74,6 @@ def _sizes_like(n: int, step: int) -> int:
 
 
 def test_sibling_rows_count_where_their_bucket_was_timed_by_another_shape() -> None:
-    from tkreg.bench.dispatch import picks
-
     def sibling(ratio: float, **extra: object) -> dict[str, object]:
         return {"check": "bucket", "ratio": ratio, "pass": ratio >= 0.95, "choice_pass": ratio >= 0.9,
                 "same_bucket": True, "timing_calls": 0, **extra}  # fmt: skip
@@ -90,7 +88,6 @@ def test_sibling_rows_count_where_their_bucket_was_timed_by_another_shape() -> N
 
 
 def test_explains_account_of_a_measured_choice_gives_its_bucket_and_shape() -> None:
-    from tkreg.bench.dispatch import picks
     from tkreg.ops.tuning_cache import Choice
 
     choice = Choice(bucket="M<=12,N<=4096|bfloat16|a row, b col|align=aa", winner="k", kernel="k", config={},
@@ -101,7 +98,6 @@ def test_explains_account_of_a_measured_choice_gives_its_bucket_and_shape() -> N
 
 
 def test_timing_calls_count_the_tuners_timings_until_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tkreg.bench.dispatch import picks
     from tkreg.ops import tuning
 
     monkeypatch.setattr(tuning, "measure", lambda *args, **kwargs: "timed")
@@ -168,8 +164,6 @@ def test_a_warm_call_after_the_same_work_is_timed_right_after_the_other_calls(mo
 
 
 def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
-    from tkreg.bench.dispatch import picks
-
     rows = [
         {"check": "pick", "ratio": 1.0, "pass": True, "choice_pass": True, "graph_ratio": 0.9, "graph_pass": False},
         {"check": "pick", "ratio": 0.81, "pass": False, "choice_pass": True},

@@ -335,8 +335,6 @@ toy_mul_in_float64.tkreg_traceable = True  # type: ignore[attr-defined]
 def test_a_compiled_call_traces_the_traceable_kernel_this_gpu_measured_not_the_registrys_first(
     gpu_like: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.ops_support import toy_mul_torch
-
     first = toy_kernel("toy_first", toy_mul_torch, priority=10)  # the registry's first, traceable
     measured = toy_kernel("toy_measured", toy_mul_in_float64, priority=0)
     times = {"toy_first": 0.030, "toy_measured": 0.001, "peer": 0.040}

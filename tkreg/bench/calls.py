@@ -9,9 +9,8 @@ import contextlib
 import functools
 import inspect
 import math
-import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,11 +222,6 @@ def host_times(calls: Mapping[str, Call], count: int, rounds: int,
             per_call[name] = min(per_call[name], (t2 - t0) / count)
             queued[name] = min(queued[name], (t1 - t0) / count)
     return {name: HostTime(per_call[name] * 1e6, queued[name] * 1e6) for name in calls}
-
-
-def geomean(values: Iterable[float]) -> float:
-    values = [v for v in values if v > 0]
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
 
 
 def say(text: str) -> None:

@@ -21,9 +21,10 @@ from typing import Any
 from ..core.loading import default_registry
 from ..core.registry import Registry
 from ..core.specs import Case, Op
+from ..report.figures import geomean
 from ..testing import harness
 from ..testing.checking import compare
-from .calls import Signature, geomean, launcher_call, launchers, make_inputs, make_output, ops_call, peer_call, say
+from .calls import Signature, launcher_call, launchers, make_inputs, make_output, ops_call, peer_call, say
 from .suites import Deadline, Measured, SuiteFailed
 
 DTYPES = ("bfloat16", "float16")

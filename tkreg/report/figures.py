@@ -1,14 +1,15 @@
-"""Small figure helpers the record's tables share: a geometric mean, and numbers as cells."""
+"""Small figure helpers the benchmark suites and the record's tables share: a geometric mean, and numbers as cells."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
-def geomean(values: Sequence[float]) -> float:
+def geomean(values: Iterable[float]) -> float:
+    """The geometric mean of the positive values (NaN where there are none)."""
     values = [v for v in values if v and v > 0]
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
 

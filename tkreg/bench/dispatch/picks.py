@@ -14,7 +14,8 @@ from typing import Any
 
 from ...core.registry import Registry
 from ...core.specs import Op
-from ..calls import Signature, geomean, kernel_call, make_inputs, peer_call, planned_kernels, say
+from ...report.figures import geomean
+from ..calls import Signature, kernel_call, make_inputs, peer_call, planned_kernels, say
 from ..graphed import graphed_us
 
 PICK_WITHIN = 0.95  # tkreg.ops passes where the fastest other candidate takes at least this share of its time

@@ -218,6 +218,8 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
     monkeypatch.setattr(cold, "_first_and_warm", first_and_warm)
     monkeypatch.setattr(cold, "peer_call", peer_call)
     monkeypatch.setattr(cold, "_timed_after", timed_after)
+    work: list[str] = []  # what each first call comes right after: the previous shape's calls
+    monkeypatch.setattr(cold, "_model_work", lambda previous: work.append(getattr(previous, "side", "tkreg")))
     monkeypatch.setattr(cold, "make_inputs", lambda registry, sig, seed: ())
     monkeypatch.setattr(cold, "_source", lambda op, inputs: "from the tuning cache")
     monkeypatch.setattr(cold, "chosen_labels", lambda op, inputs: ["peer"])
@@ -228,6 +230,7 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
                           ["sum_row", [["M", 4], ["N", 4]], "float32", ""]])  # fmt: skip
     rows = cold.cold_calls(payload)
     assert made == ["peer"] * 3 + ["tkreg"] * 3
+    assert work == ["peer"] * 2 + ["tkreg"] * 2  # every first call but each pass's first
     assert after == [("tkreg", "tkreg"), ("peer", "peer")] * 2  # the second and third shapes: after the one before
     assert [r["shape"] for r in rows] == ["4x4", "8x8", "4x4"] and all(r["peers_first"] and r["inputs_first"] for r in rows)
     assert "warm_after_same_work_us" not in rows[0] and rows[1]["warm_after_same_work_us"] == 20.0
@@ -238,10 +241,14 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
     # torch's own call of each shape right before tkreg's first call, and nothing timed after
     made.clear()
     after.clear()
+    work.clear()
     once: list[str] = []
     monkeypatch.setattr(cold, "_split", lambda call: once.append(made[-1] if made else "") or (40.0, 15.0))
+    monkeypatch.setattr(cold, "_model_work", lambda previous: once.append("work"))
     here = cold.cold_calls(payload, torch_here=True)
-    assert made == ["peer"] * 3 + ["tkreg"] * 3 and once == ["peer", "tkreg", "tkreg"] and after == []
+    # torch's call of each shape after the previous shape's calls, right before tkreg's first call
+    assert made == ["peer"] * 3 + ["tkreg"] * 3 and after == []
+    assert once == ["work", "work", "peer", "work", "tkreg", "work", "tkreg"]
     assert [r["torch_here_us"] for r in here] == [40.0] * 3 and not any("source" in r for r in here)
     assert [r["torch_here_host_us"] for r in here] == [15.0] * 3
 

@@ -20,6 +20,7 @@ from ..calls import Signature, make_inputs, peer_call, say
 from .picks import TimingCalls, chosen_labels
 
 WARM_CALLS = 10  # per shape, after its first call: their median is the warm call
+MODEL_WORK_CALLS = 3  # calls of the previous shape right before each first call (_model_work)
 
 
 def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict[str, Any]]:
@@ -104,8 +105,9 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
     those (``device_allocs``). Then, in a pass of its own, the peer's own first and warm calls of
     every signature: what torch itself pays the first time it sees a shape (cuBLAS picks
     its algorithm, a kernel loads) is then paid, and measured, apart from tkreg's own first-call
-    work. Then tkreg's, each first call right after the previous signature's warm calls, as a
-    model's calls follow each other, and not right after torch's first call of the same shape,
+    work. Then tkreg's, each first call right after calls of the previous signature
+    (:func:`_model_work`; in both passes), as a model's calls follow each other, and not right
+    after torch's first call of the same shape,
     whose milliseconds of loading leave the host slow for whatever is called next (a probe on an
     H200, 2026-12-02: a warm torch.add of 8 elements took 2-3x its time in a run of calls right
     after torch's first call of a matmul or a row sum, and tkreg's first call after it was no
@@ -143,20 +145,26 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
             row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
         inputs = make_inputs(registry, sig, seed=2)
         shapes.append(_Shape(row, op_name, inputs, functools.partial(ops.get(op_name), *inputs)))
+    previous_peer = None
     for shape in shapes:  # torch's own first calls, every shape's
         shape.peer = peer_call(registry.op(shape.op), shape.inputs, None)  # as torch code calls it
         if shape.peer is not None:
             allocs = _device_allocs()
+            if previous_peer is not None:
+                _model_work(previous_peer)
             timed = _first_and_warm(shape.peer)
+            previous_peer = shape.peer
             shape.row.update(torch_first_us=round(timed.first, 1), torch_warm_us=round(timed.warm, 1),
                              torch_first_host_us=round(timed.first_host, 1), torch_warm_host_us=round(timed.warm_host, 1),
                              torch_device_allocs=_device_allocs() - allocs)  # fmt: skip
-    for shape in shapes:  # then tkreg's, one shape after another
+    for previous, shape in zip([None, *shapes], shapes):  # then tkreg's, one shape after another
+        plans = ops._installed["dispatchers"][shape.op]._plans
+        before, planned_before, allocs = counted.n, len(plans), _device_allocs()
+        if previous is not None:
+            _model_work(previous.call)
         if torch_here and shape.peer is not None:
             total, host = _split(shape.peer)
             shape.row.update(torch_here_us=round(total, 1), torch_here_host_us=round(host, 1))
-        plans = ops._installed["dispatchers"][shape.op]._plans
-        before, planned_before, allocs = counted.n, len(plans), _device_allocs()
         timed = _first_and_warm(shape.call)
         shape.row.update(first_us=round(timed.first, 1), warm_us=round(timed.warm, 1), warm_over_2x=timed.warm_over_2x,
                          warm_calls=WARM_CALLS, first_host_us=round(timed.first_host, 1),
@@ -190,6 +198,17 @@ def _timed_after(timed: Callable[[], Any], before: Callable[[], Any], calls_befo
             before()
         times.append(_once(timed))
     return statistics.median(times)
+
+
+def _model_work(previous: Callable[[], Any], calls: int = MODEL_WORK_CALLS) -> None:
+    """What each first call comes right after: ``calls`` calls of the previous shape, as a model's
+    calls follow each other, made after the allocator's counts are read (:func:`_device_allocs`
+    builds hundreds of Python objects: right before a first call it slowed it, a probe on an H200,
+    2026-12-04: the suite's cold first calls read within 2x of a warm call on 50-52 of 57 shapes
+    with the counts read right before, 52-55 without). Those calls allocate nothing new: their
+    outputs' blocks are the pool's since their own warm calls."""
+    for _ in range(calls):
+        previous()
 
 
 def _device_allocs() -> int:

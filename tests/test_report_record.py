@@ -311,6 +311,12 @@ def test_suite_tables_read_the_suites_rows() -> None:
     text = dispatch_table(dispatch)
     assert "In that process, tkreg's first call right after torch's was within 2x of a warm call on 1 of 2." in text
     assert "a warm call (median; the process's first left out): 8.0 of 2980.0 us calling each shape as a model would." in text
+    assert "calls of the previous shape, made after" not in text  # records before the model's work was kept
+    for row in dispatch["rows"]:
+        row["model_work_calls"] = 3
+    text = dispatch_table(dispatch)
+    assert "then tkreg's, each first call (in either pass) right after 3 calls of the previous shape, made after its warm" in text
+    assert "as each first call came right after calls of the previous shape (median of three)" in text
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

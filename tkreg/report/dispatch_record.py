@@ -199,9 +199,12 @@ def _cold_notes(
     ``here`` that have one) and tkreg's first calls in that process, the host's part of the first
     calls' cost, the driver's allocations and the base rate of a one-sample miss."""
     said = []
+    work_calls = next((r["model_work_calls"] for r in cold if is_number(r.get("model_work_calls"))), None)
     if torch_timed:
-        said.append("The peer's own first and warm calls of every shape came first, in a pass of their own; then "
-                    "tkreg's, each right after the previous shape's warm calls." if peers_first else
+        then = (f"each first call (in either pass) right after {work_calls} calls of the previous shape, made after "
+                f"its warm calls" if work_calls else "each right after the previous shape's warm calls")  # fmt: skip
+        said.append(f"The peer's own first and warm calls of every shape came first, in a pass of their own; then "
+                    f"tkreg's, {then}." if peers_first else
                     "Each tkreg first call came right after the peer's own first and warm calls of the shape.")  # fmt: skip
     if here:
         missed = [r for r in here if r["first_us"] > 2 * r["warm_us"]]
@@ -229,7 +232,8 @@ def _cold_notes(
                     f"{sum(r['warm_over_2x'] for r in spread)} of {sum(r['warm_calls'] for r in spread)} took over "
                     f"twice their shape's median.")  # fmt: skip
     if any(_after_work(r) for r in cold):
-        work = ("ten of the previous shape's calls, as each first call came right after the previous shape's warm calls"
+        work = (("ten of the previous shape's calls, as each first call came right after "
+                 + ("calls of the previous shape" if work_calls else "the previous shape's warm calls"))
                 if peers_first else "ten of the peer's calls, as the first call was")  # fmt: skip
         said.append(f"A warm call after the same work is one right after {work} (median of three): a call after other "
                     "work costs more than one of a run of calls.")  # fmt: skip

@@ -140,7 +140,8 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
     for op_name, dims, dtype, variant in signatures:  # every shape's inputs, as a model's weights, made first
         sig = Signature.of(op_name, dict(dims), dtype, variant)
         row: dict[str, Any] = {"check": "cold", "warmed": warmed, "op": op_name, "shape": sig.shape, "dtype": dtype,
-                               "variant": variant, "install_s": install_s, "peers_first": True, "inputs_first": True}  # fmt: skip
+                               "variant": variant, "install_s": install_s, "peers_first": True, "inputs_first": True,
+                               "model_work_calls": MODEL_WORK_CALLS}  # fmt: skip
         if warm_s is not None:
             row.update(warm_s=warm_s, warmed_signatures=(warmed_counts or {}).get(op_name, 0))
         inputs = make_inputs(registry, sig, seed=2)

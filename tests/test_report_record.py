@@ -349,6 +349,10 @@ def test_other_shapes_of_tuned_buckets_are_counted_where_they_timed_nothing() ->
     assert "the choice called directly on 1 (of them 1 of an odd width, 0 within 5%)." in dispatch_table({"rows": rows})
     rows[3].update(own_bucket=True, ratio=0.97, **{"pass": True})  # the one of another bucket: the winner refused it
     text = dispatch_table({"summary": {"seed": 1}, "rows": rows})
+    said = "width, 0 within 5%); 1 (0 of odd widths, rows off 16 bytes; 1 refused by their bucket's winner) were timed"
+    assert f"{said} in a bucket of their own, 1 of them then within 5%." in text
+    rows[3]["odd_width"] = True  # another rows class: a bucket of its own
+    text = dispatch_table({"summary": {"seed": 1}, "rows": rows})
     assert "width, 0 within 5%); 1 of odd widths (rows off 16 bytes: another bucket) were timed in a bucket of their own" in text
     assert "Inside the buckets" not in dispatch_table({"summary": {}, "rows": rows[-1:]})  # no figures, no paragraph
 

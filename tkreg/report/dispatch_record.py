@@ -115,11 +115,22 @@ def _replayed_text(picks: Sequence[Mapping[str, Any]]) -> str:
     return text
 
 
+def untimed_siblings(siblings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The bucket siblings (``check`` "bucket") that found their tuned bucket and timed nothing."""
+    return [r for r in siblings if r.get("same_bucket") and r.get("timing_calls") == 0]
+
+
+def own_bucket_siblings(siblings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The bucket siblings in a bucket of their own: another rows class (an odd width), or a shape
+    the bucket's winner refuses."""
+    return [r for r in siblings if r.get("own_bucket")]
+
+
 def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
     """Other shapes of tuned buckets: did they time nothing, and did the first shape's choice hold."""
     if not siblings:
         return ""
-    held = [r for r in siblings if r.get("same_bucket") and r.get("timing_calls") == 0]
+    held = untimed_siblings(siblings)
     text = (f"Inside the buckets: another shape of {len(siblings)} buckets (every size over 8 redrawn within it) "
             f"found the first shape's choice and timed nothing on {len(held)}")
     if held:
@@ -129,9 +140,12 @@ def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
         odd = [r for r in held if r.get("odd_width")]
         if odd:  # recorded before odd widths were a bucket of their own
             text += f" (of them {len(odd)} of an odd width, {sum(1 for r in odd if r.get('pass'))} within 5%)"
-    own = [r for r in siblings if r.get("own_bucket")]
+    own = own_bucket_siblings(siblings)
     if own:
-        text += (f"; {len(own)} of odd widths (rows off 16 bytes: another bucket) were timed in a bucket of their own, "
+        odd = sum(1 for r in own if r.get("odd_width"))
+        why = "of odd widths (rows off 16 bytes: another bucket)" if odd == len(own) else (
+            f"({odd} of odd widths, rows off 16 bytes; {len(own) - odd} refused by their bucket's winner)")
+        text += (f"; {len(own)} {why} were timed in a bucket of their own, "
                  f"{sum(1 for r in own if r.get('pass'))} of them then within 5%")
     text += "."
     return text

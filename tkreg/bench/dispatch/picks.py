@@ -14,6 +14,7 @@ from typing import Any
 
 from ...core.registry import Registry
 from ...core.specs import Op
+from ...report.dispatch_record import own_bucket_siblings, untimed_siblings
 from ...report.figures import geomean
 from ..calls import Signature, kernel_call, make_inputs, peer_call, planned_kernels, say
 from ..graphed import graphed_us
@@ -206,8 +207,7 @@ def _inside_buckets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     siblings = [r for r in rows if r.get("check") == "bucket" and "ratio" in r]
     if not siblings:
         return {}
-    held = [r for r in siblings if r.get("same_bucket") and r.get("timing_calls") == 0]
-    own = [r for r in siblings if r.get("own_bucket")]
+    held, own = untimed_siblings(siblings), own_bucket_siblings(siblings)
     return {
         "bucket_siblings": len(siblings),
         "bucket_siblings_untimed": len(held),

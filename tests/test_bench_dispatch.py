@@ -244,11 +244,12 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
     work.clear()
     once: list[str] = []
     monkeypatch.setattr(cold, "_split", lambda call: once.append(made[-1] if made else "") or (40.0, 15.0))
-    monkeypatch.setattr(cold, "_model_work", lambda previous: once.append("work"))
+    monkeypatch.setattr(cold, "_model_work", lambda previous: once.append("after " + getattr(previous, "side", "tkreg")))
     here = cold.cold_calls(payload, torch_here=True)
-    # torch's call of each shape after the previous shape's calls, right before tkreg's first call
+    # torch's call of each shape after torch's calls of the previous shape, right before tkreg's first call
     assert made == ["peer"] * 3 + ["tkreg"] * 3 and after == []
-    assert once == ["work", "work", "peer", "work", "tkreg", "work", "tkreg"]
+    assert once == ["after peer", "after peer", "peer", "after peer", "tkreg", "after peer", "tkreg"]
+    assert [r["torch_here_after"] for r in here] == [None, "peer", "peer"]
     assert [r["torch_here_us"] for r in here] == [40.0] * 3 and not any("source" in r for r in here)
     assert [r["torch_here_host_us"] for r in here] == [15.0] * 3
 
@@ -256,10 +257,12 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
 def test_torch_at_the_same_point_joins_the_rows_of_the_same_shapes_only() -> None:
     rows = [{"op": "add", "shape": "4x4", "dtype": "float32", "variant": ""},
             {"op": "add", "shape": "8x8", "dtype": "float32", "variant": ""}]  # fmt: skip
-    here = [{**rows[0], "torch_here_us": 31.0, "torch_here_host_us": 12.0, "first_us": 25.0, "warm_us": 20.0},
+    here = [{**rows[0], "torch_here_us": 31.0, "torch_here_host_us": 12.0, "first_us": 25.0, "warm_us": 20.0,
+             "torch_here_after": "peer"},
             {**rows[1], "shape": "9x9", "torch_here_us": 5.0, "first_us": 9.0}]  # fmt: skip
     cold.same_point(rows, here)
     assert rows[0]["torch_at_same_point_us"] == 31.0 and rows[0]["torch_at_same_point_host_us"] == 12.0
+    assert rows[0]["torch_at_same_point_after"] == "peer"
     assert rows[0]["first_after_torch_at_same_point_us"] == 25.0 and rows[0]["warm_in_same_point_process_us"] == 20.0
     assert not any(key.endswith("same_point_us") or "same_point_process" in key for key in rows[1])
 

@@ -317,6 +317,10 @@ def test_suite_tables_read_the_suites_rows() -> None:
     text = dispatch_table(dispatch)
     assert "then tkreg's, each first call (in either pass) right after 3 calls of the previous shape, made after its warm" in text
     assert "as each first call came right after calls of the previous shape (median of three)" in text
+    assert "as a model of torch's alone" not in text  # torch's call there came after tkreg's calls
+    dispatch["rows"][1]["torch_at_same_point_after"] = "peer"
+    said = "right before tkreg's first call of the shape, after 3 of torch's own calls of the previous shape, as a model"
+    assert f"{said} of torch's alone makes them. Of the 1 tkreg first calls" in dispatch_table(dispatch)
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

@@ -223,9 +223,12 @@ def _cold_notes(
     if here:
         missed = [r for r in here if r["first_us"] > 2 * r["warm_us"]]
         also = sum(r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in missed)
+        after = ""
+        if work_calls and any(r.get("torch_at_same_point_after") == "peer" for r in here):
+            after = f", after {work_calls} of torch's own calls of the previous shape, as a model of torch's alone makes them"
         said.append(f"torch's own call at the point of tkreg's first call was made by a process of its own making the same "
-                    f"calls, right before tkreg's first call of the shape. Of the {len(missed)} tkreg first calls over 2x "
-                    f"a warm call as a model would call them, torch's was over 2x there too on {also}.")  # fmt: skip
+                    f"calls, right before tkreg's first call of the shape{after}. Of the {len(missed)} tkreg first calls "
+                    f"over 2x a warm call as a model would call them, torch's was over 2x there too on {also}.")  # fmt: skip
     same_process = [r for r in here if is_number(r.get("first_after_torch_at_same_point_us"))
                     and r.get("warm_in_same_point_process_us")]  # fmt: skip
     if same_process:

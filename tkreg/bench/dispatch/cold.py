@@ -92,6 +92,7 @@ def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> No
         if signature(row) == signature(other) and "torch_here_us" in other:
             row["torch_at_same_point_us"] = other["torch_here_us"]
             row["torch_at_same_point_host_us"] = other.get("torch_here_host_us")
+            row["torch_at_same_point_after"] = other.get("torch_here_after")  # "peer": after torch's calls
             # that process's tkreg first call, right after torch's: the same point, the same process
             row["first_after_torch_at_same_point_us"] = other.get("first_us")
             row["warm_in_same_point_process_us"] = other.get("warm_us")
@@ -116,7 +117,8 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
     With ``warmed``, tkreg.ops.warm() runs first (its seconds go in each row, apart from installing
     tkreg.ops, ``install_s``); without, the first row says what the process's first call
     preloaded. With ``torch_here``, the same sequence, but right before each tkreg first call one
-    call of torch's own of the shape, timed (``torch_here_us``): what torch code pays at that
+    call of torch's own of the shape, timed (``torch_here_us``), made after torch's own calls of
+    the previous shape where it has them (``torch_here_after``): what torch code pays at that
     point, its first call of the shape since the first pass, after the same work (a probe on an
     H200, 2026-12-02: a product the peer runs, 431x3072x4352, took torch.matmul itself 150-172 us
     of host time there, against 15-29 for a warm call, and tkreg's first call after it 24-31; without it,
@@ -161,11 +163,16 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
     for previous, shape in zip([None, *shapes], shapes):  # then tkreg's, one shape after another
         plans = ops._installed["dispatchers"][shape.op]._plans
         before, planned_before, allocs = counted.n, len(plans), _device_allocs()
+        here = torch_here and shape.peer is not None
         if previous is not None:
-            _model_work(previous.call)
-        if torch_here and shape.peer is not None:
+            # torch's own call follows torch's calls of the previous shape, as in a model of torch's
+            # alone: after tkreg.ops' calls, whose C++ path leaves torch's own code unrun, a warm
+            # torch call cost 1.5-8 us more host time (a probe on an H200, 2026-12-04)
+            _model_work(previous.peer if here and previous.peer is not None else previous.call)
+        if here:
             total, host = _split(shape.peer)
-            shape.row.update(torch_here_us=round(total, 1), torch_here_host_us=round(host, 1))
+            shape.row.update(torch_here_us=round(total, 1), torch_here_host_us=round(host, 1),
+                             torch_here_after="peer" if previous is not None and previous.peer is not None else None)
         timed = _first_and_warm(shape.call)
         shape.row.update(first_us=round(timed.first, 1), warm_us=round(timed.warm, 1), warm_over_2x=timed.warm_over_2x,
                          warm_calls=WARM_CALLS, first_host_us=round(timed.first_host, 1),

@@ -27,10 +27,9 @@ PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor types a fast path takes
 MISSING_INPUT = object()  # an input a call did not pass (the generated fast path's default)
 
 # tkreg.ops.<op> for an op of a known arity: the fast path with the inputs as named parameters
-# and the key as one expression (tkreg.ops.keys.source), generated because on a launch-bound call
-# a loop, a list and nested tuples are a fifth of what the dispatch costs the host. A trace takes
-# ``traced``. A call that wants a gradient, of a signature whose first such call found it the
-# peer's own (Plan.gradient_call), makes that call at once. Anything else unusual (a missing or
+# and the key as one expression (tkreg.ops.keys.source). A trace takes ``traced``. A call that
+# wants a gradient, of a signature whose first such call found it the peer's own
+# (Plan.gradient_call), makes that call at once. Anything else unusual (a missing or
 # extra input, a tensor subclass, an unplanned signature, a dispatch mode, a gradient through the
 # op's autograd.Function) takes ``slow(inputs, params)``.
 _UNROLLED = """

@@ -59,6 +59,7 @@ from .contexts import (
 )
 from .detours import PEER, RAISE, context_detour, layout_detour
 from .dispatch import Dispatcher
+from .fast_paths import PLAIN
 from .forms import as_tuple
 from .gradients import NoGradientError
 from .training import NOT_TAKEN
@@ -68,7 +69,6 @@ log = logging.getLogger("tkreg.ops")
 TRACED_NAMESPACE = "tkreg"
 RUNTIME_NAMESPACE = "tkreg_dispatch"
 BACKWARD_NAMESPACE = "tkreg_backward"
-_PLAIN = fast_paths.PLAIN
 DISPATCH, DIFFERENTIABLE, TORCH = 0, 1, 2  # the ways tkreg.ops.<op> takes a call (see entry_point)
 
 
@@ -159,7 +159,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
     runtime_overload = getattr(getattr(torch.ops, RUNTIME_NAMESPACE), name).default
     _take_plain_calls(runtime, runtime_overload, slot)
 
-    body = generated(_TRACED_BODY, "body", {"slot": slot, "PLAIN": _PLAIN, "runtime_overload": runtime_overload})
+    body = generated(_TRACED_BODY, "body", {"slot": slot, "PLAIN": PLAIN, "runtime_overload": runtime_overload})
     body.__signature__ = signature  # type: ignore[attr-defined]
     traced = torch.library.triton_op(f"{TRACED_NAMESPACE}::{name}", body, mutates_args=())
     backward_overload = _define_backward(op, slot)
@@ -191,7 +191,7 @@ def _define(op: Op, names: tuple[str, ...], slot: Slot) -> Any:
         transforms = transforms_active()
         if torch.is_grad_enabled() and not transforms:  # create_graph=True: gradients differentiable again
             got = dispatcher.backward_with_graph(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
-        elif all(t is None or type(t) in _PLAIN for t in (*saved, *grad_outputs)) and not transforms:
+        elif all(t is None or type(t) in PLAIN for t in (*saved, *grad_outputs)) and not transforms:
             got = dispatcher.backward(inputs, outputs, grad_outputs, dispatcher.params.values(params), needs)
         elif transforms:  # a torch.func transform's tensors: the run-time backward, per sample under a vmap
             with torch.no_grad():  # not differentiated again; torch's autograd kernel refuses these transforms
@@ -444,7 +444,7 @@ def way_of(inputs: Sequence[Any]) -> int:
     grad, wanted = torch.is_grad_enabled(), False
     for t in inputs:
         cls = type(t)
-        if cls in _PLAIN:
+        if cls in PLAIN:
             if grad and t.requires_grad:
                 wanted = True
         elif isinstance(t, torch.Tensor):

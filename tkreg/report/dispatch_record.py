@@ -142,9 +142,9 @@ def _inside_buckets_text(siblings: Sequence[Mapping[str, Any]]) -> str:
             text += f" (of them {len(odd)} of an odd width, {sum(1 for r in odd if r.get('pass'))} within 5%)"
     own = own_bucket_siblings(siblings)
     if own:
-        odd = sum(1 for r in own if r.get("odd_width"))
-        why = "of odd widths (rows off 16 bytes: another bucket)" if odd == len(own) else (
-            f"({odd} of odd widths, rows off 16 bytes; {len(own) - odd} refused by their bucket's winner)")
+        odd_widths = sum(1 for r in own if r.get("odd_width"))
+        why = "of odd widths (rows off 16 bytes: another bucket)" if odd_widths == len(own) else (
+            f"({odd_widths} of odd widths, rows off 16 bytes; {len(own) - odd_widths} refused by their bucket's winner)")
         text += (f"; {len(own)} {why} were timed in a bucket of their own, "
                  f"{sum(1 for r in own if r.get('pass'))} of them then within 5%")
     text += "."

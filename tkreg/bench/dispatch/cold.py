@@ -164,15 +164,16 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
         plans = ops._installed["dispatchers"][shape.op]._plans
         before, planned_before, allocs = counted.n, len(plans), _device_allocs()
         here = torch_here and shape.peer is not None
+        # torch's own call follows torch's calls of the previous shape, as in a model of torch's
+        # alone: after tkreg.ops' calls, whose C++ path leaves torch's own code unrun, a warm
+        # torch call cost 1.5-8 us more host time (a probe on an H200, 2026-12-04)
+        after_peer = here and previous is not None and previous.peer is not None
         if previous is not None:
-            # torch's own call follows torch's calls of the previous shape, as in a model of torch's
-            # alone: after tkreg.ops' calls, whose C++ path leaves torch's own code unrun, a warm
-            # torch call cost 1.5-8 us more host time (a probe on an H200, 2026-12-04)
-            _model_work(previous.peer if here and previous.peer is not None else previous.call)
+            _model_work(previous.peer if after_peer else previous.call)
         if here:
             total, host = _split(shape.peer)
             shape.row.update(torch_here_us=round(total, 1), torch_here_host_us=round(host, 1),
-                             torch_here_after="peer" if previous is not None and previous.peer is not None else None)
+                             torch_here_after="peer" if after_peer else None)
         timed = _first_and_warm(shape.call)
         shape.row.update(first_us=round(timed.first, 1), warm_us=round(timed.warm, 1), warm_over_2x=timed.warm_over_2x,
                          warm_calls=WARM_CALLS, first_host_us=round(timed.first_host, 1),

@@ -169,7 +169,7 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
         {"check": "pick", "ratio": 0.81, "pass": False, "choice_pass": True},
         {"check": "cold", "warmed": False, "first_us": 30.0, "warm_us": 10.0, "timing_calls": 0, "preload": {"signatures": 2},
          "warm_after_same_work_us": 20.0, "torch_first_us": 15.0, "torch_warm_us": 10.0, "torch_at_same_point_us": 25.0,
-         "device_allocs": 0},
+         "torch_after_tkreg_at_same_point_us": 15.0, "device_allocs": 0},
         {"check": "cold", "warmed": False, "first_us": 12.0, "warm_us": 10.0, "timing_calls": 1, "warm_over_2x": 1,
          "warm_calls": 10, "torch_first_us": 25.0, "torch_warm_us": 10.0, "torch_at_same_point_us": 18.0, "device_allocs": 2},
         {"check": "cold", "warmed": True, "first_us": 11.0, "warm_us": 10.0, "timing_calls": 0},
@@ -185,8 +185,12 @@ def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
     assert (got["cold_warm_samples_over_2x"], got["cold_warm_samples"]) == (1, 10) and "cold_warmed_warm_samples" not in got
     # torch's own call at the same point: over 2x its warm call on the one shape whose first call missed
     assert (got["cold_torch_at_same_point_calls"], got["cold_torch_at_same_point_within_2x"]) == (2, 1)
-    assert (got["cold_misses_at_same_point"], got["cold_misses_torch_also_over_2x"]) == (1, 1)
+    assert (got["cold_misses_at_same_point"], got["cold_misses_torch_at_same_point_also_over_2x"]) == (1, 1)
     assert got["cold_first_calls_allocating"] == 1 and "cold_warmed_torch_at_same_point_calls" not in got
+    # after tkreg.ops' calls: timed on the one shape, whose first call missed while torch's did not
+    assert (got["cold_torch_after_tkreg_at_same_point_calls"], got["cold_torch_after_tkreg_at_same_point_within_2x"]) == (1, 1)
+    assert got["cold_misses_after_tkreg_at_same_point"] == 1
+    assert got["cold_misses_torch_after_tkreg_at_same_point_also_over_2x"] == 0
     assert picks.summary([])["pick_share"] is None and cold.summary([]) == {}
 
 
@@ -253,6 +257,13 @@ def test_a_cold_process_makes_every_peer_first_call_before_tkreg_first_calls(mon
     assert [r["torch_here_us"] for r in here] == [40.0] * 3 and not any("source" in r for r in here)
     assert [r["torch_here_host_us"] for r in here] == [15.0] * 3
 
+    # and in the fourth process, torch's call after tkreg.ops' calls of the previous shape
+    made.clear()
+    once.clear()
+    here = cold.cold_calls(payload, torch_here=True, torch_after_tkreg=True)
+    assert once == ["after peer", "after peer", "peer", "after tkreg", "tkreg", "after tkreg", "tkreg"]
+    assert [r["torch_here_after"] for r in here] == [None, "tkreg", "tkreg"]
+
 
 def test_torch_at_the_same_point_joins_the_rows_of_the_same_shapes_only() -> None:
     rows = [{"op": "add", "shape": "4x4", "dtype": "float32", "variant": ""},
@@ -265,6 +276,11 @@ def test_torch_at_the_same_point_joins_the_rows_of_the_same_shapes_only() -> Non
     assert rows[0]["torch_at_same_point_after"] == "peer"
     assert rows[0]["first_after_torch_at_same_point_us"] == 25.0 and rows[0]["warm_in_same_point_process_us"] == 20.0
     assert not any(key.endswith("same_point_us") or "same_point_process" in key for key in rows[1])
+    # the process whose torch call followed tkreg.ops' calls gives that call alone, under its own key
+    after = [{**rows[0], "torch_here_us": 77.0, "torch_here_host_us": 60.0, "first_us": 1.0, "torch_here_after": "tkreg"}]
+    cold.same_point(rows, after, after_tkreg=True)
+    assert rows[0]["torch_after_tkreg_at_same_point_us"] == 77.0 and rows[0]["torch_after_tkreg_at_same_point_host_us"] == 60.0
+    assert rows[0]["torch_at_same_point_us"] == 31.0 and rows[0]["first_after_torch_at_same_point_us"] == 25.0
 
 
 def test_a_cold_process_left_no_time_says_so_in_the_rows() -> None:
@@ -287,6 +303,8 @@ def test_a_cold_process_that_fails_or_runs_late_says_so_and_the_rest_keep_their_
 
     def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         code = command[2]
+        if "torch_after_tkreg=True" in code:  # the fourth process: its torch calls still join the rows
+            return subprocess.CompletedProcess(command, 0, json.dumps([{**row, "torch_here_us": 50.0}]) + "\n", "")
         if "torch_here=True" in code:
             raise subprocess.TimeoutExpired(command, 1.0)
         if "warmed=True" in code:
@@ -297,6 +315,7 @@ def test_a_cold_process_that_fails_or_runs_late_says_so_and_the_rest_keep_their_
     monkeypatch.setattr(remembered, "flush", lambda: None)
     rows = cold.cold_process([Signature.of("add", {"M": 4, "N": 4}, "float32", "")], 30.0)
     assert rows[0]["first_us"] == 30.0 and "torch_at_same_point_us" not in rows[0]  # the late third process adds nothing
+    assert rows[0]["torch_after_tkreg_at_same_point_us"] == 50.0
     assert rows[1] == {"check": "cold", "warmed": True, "error": "Traceback: boom"} and len(rows) == 2
 
 

@@ -321,6 +321,14 @@ def test_suite_tables_read_the_suites_rows() -> None:
     dispatch["rows"][1]["torch_at_same_point_after"] = "peer"
     said = "right before tkreg's first call of the shape, after 3 of torch's own calls of the previous shape, as a model"
     assert f"{said} of torch's alone makes them. Of the 1 tkreg first calls" in dispatch_table(dispatch)
+    assert "after tkreg.ops' calls of the previous shape" not in dispatch_table(dispatch)  # before the fourth process
+    for row, after_tkreg in zip(dispatch["rows"], (30.0, 46.0, 99.0)):  # the warmed process's 99 is not read
+        row["torch_after_tkreg_at_same_point_us"] = after_tkreg
+    text = dispatch_table(dispatch)
+    there = "| torch's own call there, after tkreg.ops' calls of the previous shape | every shape"
+    assert f"{there} | 2 | 1 | - | 2.3x | 1.5x to 2.3x |" in text
+    said = "the work tkreg's first call came after: of the 1 tkreg first calls over 2x, torch's was over 2x there too on 1."
+    assert said in text
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

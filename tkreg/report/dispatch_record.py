@@ -187,12 +187,16 @@ def _cold_text(cold: Sequence[Mapping[str, Any]]) -> str:
     if here:
         firsts = [(r["torch_at_same_point_us"], r["torch_warm_us"], None) for r in here]
         body.append(_cold_row("torch's own call at the point of tkreg's first call", "every shape", firsts))
+    after_tkreg = [r for r in plain if is_number(r.get("torch_after_tkreg_at_same_point_us")) and r.get("torch_warm_us")]
+    if after_tkreg:
+        firsts = [(r["torch_after_tkreg_at_same_point_us"], r["torch_warm_us"], None) for r in after_tkreg]
+        body.append(_cold_row("torch's own call there, after tkreg.ops' calls of the previous shape", "every shape", firsts))
     if not body:
         return ""
     headers = ["calls", "shapes", "count", "first call within 2x of a warm call",
                "within 2x of a warm call after the same work", "first / warm (median)", "range"]  # fmt: skip
     text = " ".join(said) + "\n\n" + table(headers, body, [False, False, True, True, True, True, False])
-    notes = " ".join(_cold_notes(cold, bool(torch_first), here, peers_first))
+    notes = " ".join(_cold_notes(cold, bool(torch_first), here, peers_first, after_tkreg))
     return text + ("\n\n" + notes if notes else "")
 
 
@@ -206,11 +210,13 @@ def _cold_row(calls: str, shapes: str, firsts: Sequence[tuple[float, float, floa
 
 
 def _cold_notes(
-    cold: Sequence[Mapping[str, Any]], torch_timed: bool, here: Sequence[Mapping[str, Any]], peers_first: bool
+    cold: Sequence[Mapping[str, Any]], torch_timed: bool, here: Sequence[Mapping[str, Any]], peers_first: bool,
+    after_tkreg: Sequence[Mapping[str, Any]] = (),
 ) -> list[str]:
     """What the cold-process table leans on: the order of the calls (where torch's first calls
     were timed), what the misses had in common with torch's own calls at the same point (the rows
-    ``here`` that have one) and tkreg's first calls in that process, the host's part of the first
+    ``here`` that have one, and ``after_tkreg``, where it followed tkreg.ops' calls of the previous
+    shape) and tkreg's first calls in that process, the host's part of the first
     calls' cost, the driver's allocations and the base rate of a one-sample miss."""
     said = []
     work_calls = next((r["model_work_calls"] for r in cold if is_number(r.get("model_work_calls"))), None)
@@ -235,6 +241,12 @@ def _cold_notes(
         within = sum(r["first_after_torch_at_same_point_us"] <= 2 * r["warm_in_same_point_process_us"] for r in same_process)
         said.append(f"In that process, tkreg's first call right after torch's was within 2x of a warm call on {within} "
                     f"of {len(same_process)}.")  # fmt: skip
+    if after_tkreg:
+        missed = [r for r in after_tkreg if r["first_us"] > 2 * r["warm_us"]]
+        also = sum(r["torch_after_tkreg_at_same_point_us"] > 2 * r["torch_warm_us"] for r in missed)
+        said.append(f"A fourth process made torch's call at that point after tkreg.ops' calls of the previous shape "
+                    f"instead, the work tkreg's first call came after: of the {len(missed)} tkreg first calls over 2x, "
+                    f"torch's was over 2x there too on {also}.")  # fmt: skip
     host = _host_part(cold)
     if host:
         said.append(host)

@@ -23,11 +23,17 @@ WARM_CALLS = 10  # per shape, after its first call: their median is the warm cal
 MODEL_WORK_CALLS = 3  # calls of the previous shape right before each first call (_model_work)
 
 
+# The cold processes, in order: (warmed, torch_here, torch_after_tkreg); see cold_calls
+COLD_PROCESSES = ((False, False, False), (True, False, False), (False, True, False), (False, True, True))
+
+
 def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict[str, Any]]:
-    """Three new processes over this one's cache: one calls each signature as a model would, one
-    calls tkreg.ops.warm() first, as a server would at start-up, and one makes the first one's
+    """Four new processes over this one's cache: one calls each signature as a model would, one
+    calls tkreg.ops.warm() first, as a server would at start-up, and two make the first one's
     calls with torch's own call of each shape right before tkreg's first call, timed, which the
-    first one's rows are given (:func:`same_point`)."""
+    first one's rows are given (:func:`same_point`): after torch's own calls of the previous
+    shape, as a model of torch's alone makes them, and after tkreg.ops' calls of it, the work
+    tkreg's first call comes after."""
     if not signatures:
         return []
     if timeout_s <= 0:  # said, not left out: a record without the cold processes says why
@@ -39,14 +45,15 @@ def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict
     payload = json.dumps([[s.op, list(s.dims), s.dtype, s.variant] for s in signatures])
     rows: list[dict[str, Any]] = []
     plain: list[dict[str, Any]] = []
-    for warmed, torch_here in ((False, False), (True, False), (False, True)):
-        code = ("import sys, json; from tkreg.bench.dispatch.cold import cold_calls; "
-                f"print(json.dumps(cold_calls(sys.argv[1], warmed={warmed}, torch_here={torch_here})))")  # fmt: skip
+    each_s = timeout_s / len(COLD_PROCESSES)
+    for warmed, torch_here, after_tkreg in COLD_PROCESSES:
+        code = ("import sys, json; from tkreg.bench.dispatch.cold import cold_calls; print(json.dumps(cold_calls("
+                f"sys.argv[1], warmed={warmed}, torch_here={torch_here}, torch_after_tkreg={after_tkreg})))")  # fmt: skip
         try:
-            done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=timeout_s / 3)
+            done = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, timeout=each_s)
             failed = done.stderr.strip()[-500:] if done.returncode != 0 else None
         except subprocess.TimeoutExpired:
-            failed = f"the cold process did not finish within {timeout_s / 3:.0f} s"
+            failed = f"the cold process did not finish within {each_s:.0f} s"
         if failed is not None:
             if torch_here:  # its rows only add to the first process's: said, and those rows go without
                 say(f"  cold, torch's calls at the same points gave nothing: {failed}")
@@ -55,7 +62,7 @@ def cold_process(signatures: Sequence[Signature], timeout_s: float) -> list[dict
             continue
         got = json.loads(done.stdout.strip().splitlines()[-1])
         if torch_here:
-            same_point(plain, got)
+            same_point(plain, got, after_tkreg)
             continue
         for r in got:
             say(f"  cold{' after warm()' if warmed else ''} {r.get('op')} {r.get('shape')}: first {r.get('first_us')} us, "
@@ -78,18 +85,25 @@ class _Shape:
     peer: Callable[[], Any] | None = None  # the peer on them, as torch code calls it (None: the op has none)
 
 
-def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> None:
+def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]], after_tkreg: bool = False) -> None:
     """Give each row of the process calling shapes as a model would torch's own call of its shape
     made at the same point of the same sequence in a process of its own (``here``, from
     ``cold_calls(torch_here=True)``), as ``torch_at_same_point_us`` (its host part too), and that
-    process's tkreg first call right after it and warm call; rows of another shape than the one at
-    their position get none."""
+    process's tkreg first call right after it and warm call; with ``after_tkreg`` (``here`` made
+    torch's call after tkreg.ops' calls of the previous shape), as
+    ``torch_after_tkreg_at_same_point_us`` alone. Rows of another shape than the one at their
+    position get none."""
 
     def signature(row: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(row.get(name) for name in ("op", "shape", "dtype", "variant"))
 
     for row, other in zip(rows, here):
-        if signature(row) == signature(other) and "torch_here_us" in other:
+        if signature(row) != signature(other) or "torch_here_us" not in other:
+            continue
+        if after_tkreg:
+            row["torch_after_tkreg_at_same_point_us"] = other["torch_here_us"]
+            row["torch_after_tkreg_at_same_point_host_us"] = other.get("torch_here_host_us")
+        else:
             row["torch_at_same_point_us"] = other["torch_here_us"]
             row["torch_at_same_point_host_us"] = other.get("torch_here_host_us")
             row["torch_at_same_point_after"] = other.get("torch_here_after")  # "peer": after torch's calls
@@ -98,7 +112,8 @@ def same_point(rows: list[dict[str, Any]], here: Sequence[dict[str, Any]]) -> No
             row["warm_in_same_point_process_us"] = other.get("warm_us")
 
 
-def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> list[dict[str, Any]]:
+def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False,
+               torch_after_tkreg: bool = False) -> list[dict[str, Any]]:
     """In a new process: each signature's first call and a warm call (each synchronized), and how
     many times tuning timed anything. Every signature's inputs are made first, as a model's
     weights are (made instead just before each shape's calls, they changed no first call's
@@ -122,7 +137,9 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
     point, its first call of the shape since the first pass, after the same work (a probe on an
     H200, 2026-12-02: a product the peer runs, 431x3072x4352, took torch.matmul itself 150-172 us
     of host time there, against 15-29 for a warm call, and tkreg's first call after it 24-31; without it,
-    tkreg's first call took the 124-172). Nothing else is timed in that process."""
+    tkreg's first call took the 124-172). With ``torch_after_tkreg`` too, torch's call follows
+    tkreg.ops' calls of the previous shape instead (``torch_here_after`` "tkreg"): the work
+    tkreg's own first call follows. Nothing else is timed in that process."""
     from ... import ops
 
     counted = TimingCalls().start()  # for the process's life: it ends when its calls do
@@ -166,14 +183,15 @@ def cold_calls(payload: str, warmed: bool = False, torch_here: bool = False) -> 
         here = torch_here and shape.peer is not None
         # torch's own call follows torch's calls of the previous shape, as in a model of torch's
         # alone: after tkreg.ops' calls, whose C++ path leaves torch's own code unrun, a warm
-        # torch call cost 1.5-8 us more host time (a probe on an H200, 2026-12-04)
-        after_peer = here and previous is not None and previous.peer is not None
+        # torch call cost 1.5-8 us more host time (a probe on an H200, 2026-12-04); or, with
+        # torch_after_tkreg, tkreg.ops' calls of it: the work tkreg's own first call follows
+        after_peer = here and previous is not None and previous.peer is not None and not torch_after_tkreg
         if previous is not None:
             _model_work(previous.peer if after_peer else previous.call)
         if here:
             total, host = _split(shape.peer)
             shape.row.update(torch_here_us=round(total, 1), torch_here_host_us=round(host, 1),
-                             torch_here_after="peer" if after_peer else None)
+                             torch_here_after="peer" if after_peer else "tkreg" if previous is not None else None)
         timed = _first_and_warm(shape.call)
         shape.row.update(first_us=round(timed.first, 1), warm_us=round(timed.warm, 1), warm_over_2x=timed.warm_over_2x,
                          warm_calls=WARM_CALLS, first_host_us=round(timed.first_host, 1),
@@ -321,13 +339,19 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _at_same_point(prefix: str, cold: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """torch's own call of each shape at the point of the sequence where tkreg's first call came
-    (see :func:`same_point`): within 2x of torch's warm call on how many, and of the first calls
-    over 2x a warm call, on how many torch's own call there was over 2x its warm call too."""
-    here = [r for r in cold if r.get("torch_at_same_point_us") and r.get("torch_warm_us")]
-    if not here:
-        return {}
-    torch_over = [r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in here]
-    missed = [over for r, over in zip(here, torch_over) if r["first_us"] > 2 * r["warm_us"]]
-    return {f"{prefix}_torch_at_same_point_calls": len(here),
-            f"{prefix}_torch_at_same_point_within_2x": torch_over.count(False),
-            f"{prefix}_misses_torch_also_over_2x": sum(missed), f"{prefix}_misses_at_same_point": len(missed)}  # fmt: skip
+    (see :func:`same_point`), after torch's own calls of the previous shape and after tkreg.ops'
+    (``after_tkreg``): within 2x of torch's warm call on how many, and of the first calls over 2x
+    a warm call, on how many torch's own call there was over 2x its warm call too."""
+    here = [r for r in cold if r.get("torch_warm_us")]
+    got: dict[str, Any] = {}
+    for key, name in (("torch_at_same_point_us", "at_same_point"),
+                      ("torch_after_tkreg_at_same_point_us", "after_tkreg_at_same_point")):  # fmt: skip
+        timed = [r for r in here if r.get(key)]
+        if not timed:
+            continue
+        torch_over = [r[key] > 2 * r["torch_warm_us"] for r in timed]
+        missed = [over for r, over in zip(timed, torch_over) if r["first_us"] > 2 * r["warm_us"]]
+        got.update({f"{prefix}_torch_{name}_calls": len(timed), f"{prefix}_torch_{name}_within_2x": torch_over.count(False),
+                    f"{prefix}_misses_torch_{name}_also_over_2x": sum(missed),
+                    f"{prefix}_misses_{name}": len(missed)})  # fmt: skip
+    return got

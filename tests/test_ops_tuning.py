@@ -908,7 +908,8 @@ def test_a_first_call_whose_own_signature_the_preload_made_runs_that_plan(
     assert len(planned) == 2 and TIMED == []  # the preload's two, this call's among them: not planned again
 
 
-@pytest.mark.parametrize("why", ["turned off", "capturing", "too large", "out of time", "unreadable"])
+@pytest.mark.parametrize("why", ["turned off", "capturing", "too large", "too large for the free memory", "out of time",
+                                 "unreadable"])  # fmt: skip
 def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_too_large_out_of_time_or_failing(
     one_gpu: Path, monkeypatch: pytest.MonkeyPatch, two_kernels: Any, why: str
 ) -> None:
@@ -922,6 +923,9 @@ def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_t
         monkeypatch.setattr(choosing, "capturing_or_tracing", lambda: True)
     elif why == "too large":
         monkeypatch.setattr(warming, "PRELOAD_MAX_BYTES", 64 * 64 * 4 - 1)  # under one input of 64 x 64 fp32
+    elif why == "too large for the free memory":  # a 16th of it is under one input of 64 x 64 fp32
+        free = 64 * 64 * 4 * warming.PRELOAD_FREE_SHARE - 1
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 1 << 40))
     elif why == "out of time":
         monkeypatch.setenv(warming.ENV_PRELOAD, "1e-9")
     else:  # what an op remembers cannot be read when the preload asks: the call itself still runs
@@ -930,10 +934,30 @@ def test_the_preload_leaves_signatures_to_their_first_calls_when_off_capturing_t
     assert len(planned) == 1  # this call planned its own signature: nothing was planned ahead
     if why == "out of time":
         assert warming.preloads[0] == {"signatures": 0, "left": 2, "seconds": pytest.approx(0, abs=1)}
-    elif why in ("too large", "unreadable"):
+    elif why in ("too large", "too large for the free memory", "unreadable"):
         assert warming.preloads[0]["signatures"] == 0 and warming.preloads[0]["left"] == 0
     else:
         assert warming.preloads == {}
+
+
+def test_the_preload_bound_is_a_share_of_the_free_memory_under_a_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkreg.ops import warming
+
+    asked: list[int] = []
+
+    def free_memory(free: int) -> Any:
+        return lambda device=None: asked.append(device) or (free, 1 << 40)
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", free_memory(1 << 40))
+    assert warming.preload_max_bytes(1) == warming.PRELOAD_MAX_BYTES and asked == [1]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", free_memory(1600 * warming.PRELOAD_FREE_SHARE + 3))
+    assert warming.preload_max_bytes(0) == 1600
+
+    def no_driver(device: int | None = None) -> tuple[int, int]:
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_driver)
+    assert warming.preload_max_bytes(0) == warming.PRELOAD_MAX_BYTES
 
 
 def test_remembered_signatures_keep_the_most_recently_planned_last_and_forget_the_oldest(tmp_path: Path) -> None:

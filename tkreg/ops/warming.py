@@ -21,7 +21,8 @@ choice is remembered beside the tuning cache (:mod:`.remembered`), most recently
   call :func:`warm` on it: for the signatures a kernel runs on that GPU only (a peer's first call
   costs torch what it costs torch code), most recently planned first, for at most
   ``TKREG_PRELOAD_S`` seconds (default :data:`DEFAULT_PRELOAD_S`; 0 turns it off), leaving out
-  any whose inputs would take more than :data:`PRELOAD_MAX_BYTES`. A first call made in a CUDA-graph
+  any whose inputs would take more than :func:`preload_max_bytes`: :data:`PRELOAD_MAX_BYTES`, or
+  a :data:`PRELOAD_FREE_SHARE`-th of the GPU's free memory where that is less. A first call made in a CUDA-graph
   capture, a torch.compile trace or under a torch dispatch or function mode preloads nothing, then
   or later: launching work of its own there would change what the caller records. That first call
   pays for the others.
@@ -53,7 +54,13 @@ log = logging.getLogger("tkreg.ops")
 REPLAYED_CALLS = 8
 ENV_PRELOAD = "TKREG_PRELOAD_S"
 DEFAULT_PRELOAD_S = 1.0
-PRELOAD_MAX_BYTES = 1 << 28  # a signature's zero-filled inputs: larger ones wait for their first call
+# A signature's zero-filled inputs, at most (larger ones wait for their first call): a signature
+# left out paid its plan and its kernel's load on its first call, 5 ms against a warm call's
+# 0.16 ms for an add of two 206 MB inputs in the dispatch suite's cold process (H200, 2026-12-04,
+# under the 256 MiB this bound was then). The blocks the replays took stay in torch's caching
+# allocator, for the caller's calls to reuse: hence a share of the free memory, never all of it.
+PRELOAD_MAX_BYTES = 1 << 32
+PRELOAD_FREE_SHARE = 16
 
 _lock = threading.Lock()
 preloads: dict[int, dict[str, Any]] = {}  # per CUDA device: what the last preload there did
@@ -103,13 +110,14 @@ def preload(dispatchers: Mapping[str, Any], device: int) -> None:
 
     started = time.perf_counter()
     count = torch.cuda.device_count()
+    max_bytes = preload_max_bytes(device)
     done = skipped = 0
     try:
         for dispatcher, key in _kernel_signatures(pending, device):
             if time.perf_counter() - started > budget:
                 skipped += 1
                 continue
-            done += replay(dispatcher, key, count, PRELOAD_MAX_BYTES)
+            done += replay(dispatcher, key, count, max_bytes)
     except Exception as e:  # the caller's own call goes on: its signature loads when it runs
         log.warning("tkreg.ops: the first call on cuda:%d stopped preloading (%s: %s)", device, type(e).__name__, e)
     seconds = time.perf_counter() - started
@@ -117,6 +125,18 @@ def preload(dispatchers: Mapping[str, Any], device: int) -> None:
     if done or skipped:
         log.info("tkreg.ops: the first call on cuda:%d loaded %d remembered kernel signatures in %.2f s "
                  "(%d left to their first calls; %s=0 turns this off)", device, done, seconds, skipped, ENV_PRELOAD)  # fmt: skip
+
+
+def preload_max_bytes(device: int) -> int:
+    """The most a signature's inputs may take to be preloaded on CUDA ``device``: PRELOAD_MAX_BYTES,
+    or a PRELOAD_FREE_SHARE-th of the memory the driver says is free there where that is less."""
+    import torch
+
+    try:
+        free, _ = torch.cuda.mem_get_info(device)
+    except (RuntimeError, AssertionError):  # no driver to ask (a torch without CUDA): the bound alone
+        return PRELOAD_MAX_BYTES
+    return min(PRELOAD_MAX_BYTES, free // PRELOAD_FREE_SHARE)
 
 
 def preload_budget_s() -> float:

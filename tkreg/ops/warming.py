@@ -58,8 +58,9 @@ DEFAULT_PRELOAD_S = 1.0
 # left out paid its plan and its kernel's load on its first call, 5 ms against a warm call's
 # 0.16 ms for an add of two 206 MB inputs in the dispatch suite's cold process (H200, 2026-12-04,
 # under the 256 MiB this bound was then). The blocks the replays took stay in torch's caching
-# allocator, for the caller's calls to reuse: hence a share of the free memory, never all of it.
-PRELOAD_MAX_BYTES = 1 << 32
+# allocator, for the caller's calls to reuse: hence a share of the free memory, never all of it,
+# and a cap that still takes a 70B model's MLP weight (470 MB) with a long prompt's activations.
+PRELOAD_MAX_BYTES = 1 << 30
 PRELOAD_FREE_SHARE = 16
 
 _lock = threading.Lock()

@@ -329,6 +329,11 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert f"{there} | 2 | 1 | - | 2.3x | 1.5x to 2.3x |" in text
     said = "the work tkreg's first call came after: of the 1 tkreg first calls over 2x, torch's was over 2x there too on 1."
     assert said in text
+    assert "Where the peer runs" not in text  # no host time of torch's call there
+    for row, runs, host in zip(dispatch["rows"], ("peer", "peer", "peer"), (4.0, 10.0, 1.0)):
+        row.update(runs=runs, torch_after_tkreg_at_same_point_host_us=host)
+    said = "Where the peer runs, tkreg's first call took +4.0 us of host time over torch's call there (median of 1 shapes"
+    assert f"{said}, the process's first left out; +4.0 to +4.0)." in dispatch_table(dispatch)  # row 0 preloads, row 2 warmed
 
     replays = [("peer", "k", {"tkreg.ops": 2.0, "peer": 2.0, "k": 6.0}), ("k", "k", {"tkreg.ops": 5.0, "peer": 5.5, "k": 5.0})]
     dispatch["rows"] = [{"check": "pick", "op": "add", "ratio": 1.0, "chosen": chosen, "graphed_us": us, "graph_chosen": graphed,

@@ -247,6 +247,9 @@ def _cold_notes(
         said.append(f"A fourth process made torch's call at that point after tkreg.ops' calls of the previous shape "
                     f"instead, the work tkreg's first call came after: of the {len(missed)} tkreg first calls over 2x, "
                     f"torch's was over 2x there too on {also}.")  # fmt: skip
+        host = _host_over_torch(after_tkreg)
+        if host:
+            said.append(host)
     host = _host_part(cold)
     if host:
         said.append(host)
@@ -283,6 +286,21 @@ def _host_part(cold: Sequence[Mapping[str, Any]]) -> str:
     if not parts:
         return ""
     return f"The host's part of a first call's cost over a warm call (median; the process's first left out): {', '.join(parts)}."
+
+
+def _host_over_torch(after_tkreg: Sequence[Mapping[str, Any]]) -> str:
+    """tkreg's first calls where the peer runs against torch's own call at the same point after
+    the same tkreg.ops calls, in host time (the process's first call, which preloads, left out):
+    what of a peer's first-call cost is tkreg's rather than torch's."""
+    pairs = [(r["first_host_us"], r["torch_after_tkreg_at_same_point_host_us"]) for r in after_tkreg
+             if r.get("runs") == "peer" and "preload" not in r and is_number(r.get("first_host_us"))
+             and is_number(r.get("torch_after_tkreg_at_same_point_host_us"))]  # fmt: skip
+    if not pairs:
+        return ""
+    over = sorted(first - torch for first, torch in pairs)
+    return (f"Where the peer runs, tkreg's first call took {median_of_sorted(over):+.1f} us of host time over "
+            f"torch's call there (median of {len(over)} shapes, the process's first left out; {over[0]:+.1f} to "
+            f"{over[-1]:+.1f}).")  # fmt: skip
 
 
 def _cold_process(warmed: bool) -> str:

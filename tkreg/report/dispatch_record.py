@@ -227,13 +227,12 @@ def _cold_notes(
                     f"tkreg's, {then}." if peers_first else
                     "Each tkreg first call came right after the peer's own first and warm calls of the shape.")  # fmt: skip
     if here:
-        missed = [r for r in here if r["first_us"] > 2 * r["warm_us"]]
-        also = sum(r["torch_at_same_point_us"] > 2 * r["torch_warm_us"] for r in missed)
+        missed, also = misses_torch_also_over_2x(here, "torch_at_same_point_us")
         after = ""
         if work_calls and any(r.get("torch_at_same_point_after") == "peer" for r in here):
             after = f", after {work_calls} of torch's own calls of the previous shape, as a model of torch's alone makes them"
         said.append(f"torch's own call at the point of tkreg's first call was made by a process of its own making the same "
-                    f"calls, right before tkreg's first call of the shape{after}. Of the {len(missed)} tkreg first calls "
+                    f"calls, right before tkreg's first call of the shape{after}. Of the {missed} tkreg first calls "
                     f"over 2x a warm call as a model would call them, torch's was over 2x there too on {also}.")  # fmt: skip
     same_process = [r for r in here if is_number(r.get("first_after_torch_at_same_point_us"))
                     and r.get("warm_in_same_point_process_us")]  # fmt: skip
@@ -242,10 +241,9 @@ def _cold_notes(
         said.append(f"In that process, tkreg's first call right after torch's was within 2x of a warm call on {within} "
                     f"of {len(same_process)}.")  # fmt: skip
     if after_tkreg:
-        missed = [r for r in after_tkreg if r["first_us"] > 2 * r["warm_us"]]
-        also = sum(r["torch_after_tkreg_at_same_point_us"] > 2 * r["torch_warm_us"] for r in missed)
+        missed, also = misses_torch_also_over_2x(after_tkreg, "torch_after_tkreg_at_same_point_us")
         said.append(f"A fourth process made torch's call at that point after tkreg.ops' calls of the previous shape "
-                    f"instead, the work tkreg's first call came after: of the {len(missed)} tkreg first calls over 2x, "
+                    f"instead, the work tkreg's first call came after: of the {missed} tkreg first calls over 2x, "
                     f"torch's was over 2x there too on {also}.")  # fmt: skip
         host = _host_over_torch(after_tkreg)
         if host:
@@ -286,6 +284,14 @@ def _host_part(cold: Sequence[Mapping[str, Any]]) -> str:
     if not parts:
         return ""
     return f"The host's part of a first call's cost over a warm call (median; the process's first left out): {', '.join(parts)}."
+
+
+def misses_torch_also_over_2x(rows: Sequence[Mapping[str, Any]], torch_key: str) -> tuple[int, int]:
+    """Of ``rows``, each with a torch call of its shape timed under ``torch_key``: how many tkreg
+    first calls were over 2x a warm call, and on how many of those torch's call was over 2x its
+    warm call too."""
+    missed = [r for r in rows if r["first_us"] > 2 * r["warm_us"]]
+    return len(missed), sum(r[torch_key] > 2 * r["torch_warm_us"] for r in missed)
 
 
 def _host_over_torch(after_tkreg: Sequence[Mapping[str, Any]]) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ...core.loading import default_registry
+from ...report.dispatch_record import misses_torch_also_over_2x
 from ..calls import Signature, make_inputs, peer_call, say
 from .picks import TimingCalls, chosen_labels
 
@@ -349,9 +350,8 @@ def _at_same_point(prefix: str, cold: Sequence[dict[str, Any]]) -> dict[str, Any
         timed = [r for r in here if r.get(key)]
         if not timed:
             continue
-        torch_over = [r[key] > 2 * r["torch_warm_us"] for r in timed]
-        missed = [over for r, over in zip(timed, torch_over) if r["first_us"] > 2 * r["warm_us"]]
-        got.update({f"{prefix}_torch_{name}_calls": len(timed), f"{prefix}_torch_{name}_within_2x": torch_over.count(False),
-                    f"{prefix}_misses_torch_{name}_also_over_2x": sum(missed),
-                    f"{prefix}_misses_{name}": len(missed)})  # fmt: skip
+        missed, also = misses_torch_also_over_2x(timed, key)
+        got.update({f"{prefix}_torch_{name}_calls": len(timed),
+                    f"{prefix}_torch_{name}_within_2x": sum(r[key] <= 2 * r["torch_warm_us"] for r in timed),
+                    f"{prefix}_misses_torch_{name}_also_over_2x": also, f"{prefix}_misses_{name}": missed})  # fmt: skip
     return got

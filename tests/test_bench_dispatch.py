@@ -322,11 +322,11 @@ def test_a_cold_process_that_fails_or_runs_late_says_so_and_the_rest_keep_their_
 def test_round_quartiles_read_the_spread_of_the_ratio_round_by_round() -> None:
     over = [100.0, 110.0, 90.0, 100.0, 120.0, 100.0, 80.0, 100.0]
     under = [100.0] * 8
-    q1, q3 = workloads._round_quartiles(over, under)
+    q1, q3 = picks.round_quartiles(over, under)
     assert q1 < 1.0 < q3
     assert (q1, q3) == (0.925, 1.075)
-    assert workloads._round_quartiles([2.0, 3.0], [1.0, 1.0]) == [2.0, 3.0]  # too few rounds: the range
-    assert workloads._round_quartiles([], []) == []
+    assert picks.round_quartiles([2.0, 3.0], [1.0, 1.0]) == [2.0, 3.0]  # too few rounds: the range
+    assert picks.round_quartiles([], []) == []
 
 
 def test_wall_us_gives_each_named_ratio_of_medians_with_its_quartiles(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -340,4 +340,4 @@ def test_wall_us_gives_each_named_ratio_of_medians_with_its_quartiles(monkeypatc
     row = workloads._wall_us({"tkreg_us": lambda: None, "torch_us": lambda: None}, {"ratio": ("torch_us", "tkreg_us")})
     assert row["tkreg_us"] == 10.0 and row["torch_us"] == 10.0  # rounded to 0.01 us, and the ratio from those
     assert row["ratio"] == 1.0
-    assert row["ratio_quartiles"] == workloads._round_quartiles([9.0, 10.0, 11.0, 10.0], [10.0] * 4)
+    assert row["ratio_quartiles"] == picks.round_quartiles([9.0, 10.0, 11.0, 10.0], [10.0] * 4)

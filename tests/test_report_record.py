@@ -351,6 +351,21 @@ def test_suite_tables_read_the_suites_rows() -> None:
     assert "gave the eager call's bits for add (1 of 2 ops)." in dispatch_table(dispatch)
 
 
+def test_the_end_to_end_misses_are_named_with_their_spread_by_round() -> None:
+    def pick(shape: str, ratio: float, **extra: object) -> dict[str, object]:
+        return {"check": "pick", "op": "rms_norm", "shape": shape, "dtype": "float32", "ratio": ratio,
+                "pass": ratio >= 0.95, "chosen": "k", **extra}  # fmt: skip
+
+    dispatch = {"summary": {"seed": 1}, "rows": [pick("1x1", 1.0), pick("2x2", 0.9), pick("3x3", 0.8)]}
+    said = "tkreg.ops over 5% behind the fastest, fastest / tkreg.ops: rms_norm 3x3 float32 (k chosen, 0.800); rms_norm 2x2"
+    assert said in dispatch_table(dispatch) and "1x1" not in dispatch_table(dispatch).partition("over 5% behind")[2]
+    dispatch["rows"][1]["ratio_quartiles"] = [0.88, 1.02]
+    said = "(by round: quartiles): rms_norm 3x3 float32 (k chosen, 0.800); rms_norm 2x2 float32 (k chosen, 0.900 (0.88-1.02))."
+    assert said in dispatch_table(dispatch)
+    dispatch["rows"] = [pick("1x1", 1.0)]
+    assert "over 5% behind" not in dispatch_table(dispatch)
+
+
 def test_other_shapes_of_tuned_buckets_are_counted_where_they_timed_nothing() -> None:
     def sibling(ratio: float, choice: float, **extra: object) -> dict[str, object]:
         return {"check": "bucket", "op": "add", "ratio": ratio, "pass": ratio >= 0.95, "choice_pass": choice >= 0.95,

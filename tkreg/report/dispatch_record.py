@@ -32,6 +32,9 @@ def dispatch_table(document: Mapping[str, Any]) -> str:
         table(["op", "shapes", "choice within 5%", "worst choice", "tkreg.ops within 5%", "tkreg.ops / fastest (geomean)"],
               body, [False, True, True, True, True, True]),
     ]  # fmt: skip
+    missed = _pick_misses_text(picks)
+    if missed:
+        parts += ["", missed]
     replayed = _replayed_text(picks)
     if replayed:
         parts += ["", replayed]
@@ -90,6 +93,19 @@ def _ratio_with_rounds(row: Mapping[str, Any], key: str) -> str:
     if isinstance(spread, list) and len(spread) == 2 and all(is_number(v) for v in spread):
         text += f" ({spread[0]:.2f}-{spread[1]:.2f})"
     return text
+
+
+def _pick_misses_text(picks: Sequence[Mapping[str, Any]]) -> str:
+    """Each shape where tkreg.ops end to end was over 5% behind the fastest: its ratio, and where
+    the row has them the ratio's quartiles round by round (the first sitting's), which say whether
+    the miss stood clear of the host's noise between rounds. A kernel is named without its config."""
+    missed = sorted((r for r in picks if r.get("pass") is False), key=lambda r: r["ratio"])
+    if not missed:
+        return ""
+    said = [f"{r['op']} {r['shape']} {r.get('dtype', '')} ({str(r.get('chosen', '?')).split('[')[0]} chosen, "
+            f"{_ratio_with_rounds(r, 'ratio')})" for r in missed]  # fmt: skip
+    rounds = " (by round: quartiles)" if any("ratio_quartiles" in r for r in missed) else ""
+    return f"tkreg.ops over 5% behind the fastest, fastest / tkreg.ops{rounds}: {'; '.join(said)}."
 
 
 def _replayed_text(picks: Sequence[Mapping[str, Any]]) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import re
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...core.registry import Registry
@@ -95,7 +96,8 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature, check: str = "
         calls: dict[str, Callable[[], Any]] = {"tkreg.ops": functools.partial(call, *inputs)}
         calls.update(_candidates(registry, op, inputs))
         # tkreg.ops sits again with the leaders wherever it reads: one held-back sitting is no verdict
-        times = time_calls(calls, TIMING_BUDGET_S, sits_again=("tkreg.ops",))
+        rounds: dict[str, list[float]] = {}
+        times = time_calls(calls, TIMING_BUDGET_S, sits_again=("tkreg.ops",), per_round=rounds)
     except Exception as e:  # a shape that cannot run is a finding: its row says why
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         say(f"  pick {sig.label}: {row['error']}")
@@ -108,6 +110,8 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature, check: str = "
     if ours and others:
         best = min(others, key=lambda k: others[k])
         row.update(best=best, ratio=round(others[best] / ours, 4), tkreg_us=round(ours, 2))
+        # the same ratio round by round, in the first sitting: how far the host's noise moves it
+        row["ratio_quartiles"] = round_quartiles(rounds.get(best, []), rounds.get("tkreg.ops", []))
         row["pass"] = row["ratio"] >= PICK_WITHIN
         chosen, captured = chosen_labels(op.name, inputs)
         row["chosen"] = chosen
@@ -123,6 +127,17 @@ def pick_against_best(registry: Registry, op: Op, sig: Signature, check: str = "
             f"best {best} {others[best]:.1f} us ({row['ratio']:.3f}; choice {row.get('choice_ratio')})")
         row.update(_replayed_against_best(calls, timed, captured))
     return row
+
+
+def round_quartiles(over: Sequence[float], under: Sequence[float]) -> list[float]:
+    """The first and third quartiles of ``over[i] / under[i]``, two calls' times in the same
+    rounds: how far the ratio of the two medians could move between runs. A host-bound call reads
+    within a few percent of itself only as a median of many rounds; its rounds spread wider."""
+    paired = [a / b for a, b in zip(over, under) if b > 0]
+    if len(paired) < 4:
+        return [round(min(paired), 4), round(max(paired), 4)] if paired else []
+    q1, _, q3 = statistics.quantiles(paired, n=4)
+    return [round(q1, 4), round(q3, 4)]
 
 
 def _replayed_against_best(calls: dict[str, Callable[[], Any]], eager_us: dict[str, float], captured: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from ...core import refs
 from ...core.registry import Registry
 from ...core.specs import Op
 from ..calls import Signature, make_inputs, say
-from .picks import TIMING_BUDGET_S
+from .picks import TIMING_BUDGET_S, round_quartiles
 
 MLP = {"hidden": 4096, "intermediate": 14336}  # Llama-3-8B
 MLP_TOKENS = (16, 4096)
@@ -34,7 +34,7 @@ def _wall_us(calls: dict[str, Callable[[], Any]], ratios: dict[str, tuple[str, s
     leave a median of a handful of samples). ``ratios``: for each name, the (numerator,
     denominator) calls whose ratio of medians the row gets under that name, and whose ratio round
     by round is summarized as ``<name>_quartiles``, the first and third quartile
-    (:func:`_round_quartiles`)."""
+    (:func:`.picks.round_quartiles`)."""
     from ...ops.measuring import measure as time_calls
 
     rounds: dict[str, list[float]] = {}
@@ -45,21 +45,8 @@ def _wall_us(calls: dict[str, Callable[[], Any]], ratios: dict[str, tuple[str, s
     row: dict[str, Any] = {k: round(v, 2) for k, v in got.items()}
     for name, (over, under) in (ratios or {}).items():
         row[name] = round(row[over] / row[under], 4)
-        row[f"{name}_quartiles"] = _round_quartiles(rounds[over], rounds[under])
+        row[f"{name}_quartiles"] = round_quartiles(rounds[over], rounds[under])
     return row
-
-
-def _round_quartiles(over: Sequence[float], under: Sequence[float]) -> list[float]:
-    """The first and third quartiles of ``over[i] / under[i]``, two calls' times in the same
-    rounds: how far the ratio of the two medians could move between runs. A host-bound step reads
-    within a few percent of itself only as a median of many rounds; its rounds spread wider."""
-    import statistics
-
-    paired = [a / b for a, b in zip(over, under) if b > 0]
-    if len(paired) < 4:
-        return [round(min(paired), 4), round(max(paired), 4)] if paired else []
-    q1, _, q3 = statistics.quantiles(paired, n=4)
-    return [round(q1, 4), round(q3, 4)]
 
 
 def compiled_mlp(mm: Callable[..., Any], op: str) -> list[dict[str, Any]]:

@@ -697,6 +697,43 @@ def test_a_call_that_wants_a_gradient_takes_the_way_that_trained_faster(
         tkreg.ops.uninstall()
 
 
+@pytest.mark.parametrize("peer", ["bare", "y-only", "every-output"])
+def test_a_peer_that_returns_what_callers_get_is_their_gradient_call_itself(
+    gpu_like: Path, monkeypatch: pytest.MonkeyPatch, peer: str
+) -> None:
+    """Where training through the peer won a kernel's bucket, a later call that wants a gradient
+    is the peer's own call: the peer itself where it returns the one tensor callers get (no frame
+    of tkreg's around it), else a call that gives callers that tensor of what the peer returns.
+    Either way the output and its gradients are right."""
+    import tkreg.ops
+    from tests.ops_support import RMS_BACKWARD, RMS_FORWARD, RmsPlugin, rms_reference
+
+    monkeypatch.setattr(measuring, "_cuda_clock", step_clock(0.050, 0.080))
+    plugin = RmsPlugin(RMS_FORWARD, RMS_BACKWARD, peer_y_only=peer == "y-only", peer_bare=peer == "bare")
+    try:
+        tkreg.ops.install(registry_with(plugin))
+        x, w = torch.randn(2, 3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+        tkreg.ops.toy_rms_norm(x, w)  # the forward's bucket: the kernel wins
+        x.requires_grad_()
+        tkreg.ops.toy_rms_norm(x, w)  # the training choice: the peer
+        dispatcher = tkreg.ops._installed["dispatchers"]["toy_rms_norm"]
+        plan = dispatcher.planned((x, w), dispatcher.params.defaults)
+        functional = dispatcher._functional_peer(plan.params)
+        assert plan.gradient_call is not None
+        assert (plan.gradient_call is functional) is (peer == "bare")
+        y = tkreg.ops.toy_rms_norm(x, w)
+        assert isinstance(y, torch.Tensor) and y.grad_fn is not None
+        assert not type(y.grad_fn).__name__.startswith("tkreg_")  # torch's own backward
+        y.sum().backward()
+        x64 = x.detach().double().requires_grad_()
+        want = rms_reference(x64, w.double())[0]
+        want.sum().backward()
+        torch.testing.assert_close(y.detach().double(), want.detach(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)
+    finally:
+        tkreg.ops.uninstall()
+
+
 def test_tune_with_training_times_and_reports_the_training_choice(one_gpu: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tkreg tune --training calls each shape again wanting a gradient: where a kernel runs the
     forward, the bucket's training choice is timed, cached and said; without it, nothing is."""

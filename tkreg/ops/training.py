@@ -98,25 +98,29 @@ class Training:
             if plan.autograd_decided:
                 return NOT_TAKEN
             plan.autograd_decided = True
-            instead = self._peer_for_gradients(plan, inputs, differentiable)
-            if instead is None:
+            functional = self._peer_for_gradients(plan, inputs, differentiable)
+            if functional is None:
                 return NOT_TAKEN
             import torch
 
             try:
-                got = instead(*inputs)
+                raw = functional(*inputs)
             except torch.OutOfMemoryError:
                 raise
             except (RuntimeError, TypeError, ValueError) as e:  # a peer that takes out= only, say
                 log.debug("tkreg.ops.%s: gradients through the kernel (the peer's own call failed: %s)", op.name, e)
                 return NOT_TAKEN
+            got = self._returned_by_peer(raw)
             layouts = [plan.outputs[i] for i in self.returned]
             outs = as_tuple(got)
             if len(outs) != len(layouts) or any(
                 tuple(t.shape) != tuple(o.shape) or t.dtype != o.dtype for t, o in zip(outs, layouts)
             ):
                 return NOT_TAKEN  # not the outputs a kernel gives: its plan's autograd.Function
-            plan.gradient_call = instead
+            # a peer that returns the one tensor callers get is their call itself, with no frame of
+            # tkreg's around it (1-2 us of an H200 host's time per call, 2026-12-04)
+            bare = len(self.returned) == 1 and not isinstance(raw, (tuple, list))
+            plan.gradient_call = functional if bare else self._peer_returning(functional)
             return got
         if not plan.autograd_peer:
             return NOT_TAKEN
@@ -130,9 +134,10 @@ class Training:
     def _peer_for_gradients(
         self, plan: Plan, inputs: Sequence[Any], differentiable: Callable[..., Any] | None = None
     ) -> Callable[..., Any] | None:
-        """The peer's own call (the outputs callers get) for calls of a kernel's plan that want a
-        gradient, where training through it is the faster: the bucket's training choice, a
-        forward and a backward each way timed on copies of the inputs (:meth:`_training_steps`),
+        """The peer's own call, as torch code makes it (its direct torch call where the op names
+        one), for calls of a kernel's plan that want a gradient, where training through it is the
+        faster: the bucket's training choice, a forward and a backward each way timed on copies of
+        the inputs (:meth:`_training_steps`),
         made now where tuning may time and nobody has. Without one (tuning off, a capture, no
         ``differentiable`` to time), where the forward's measured choice puts the kernel ahead
         by less than AUTOGRAD_LEAD_US. None otherwise: the kernel's way."""
@@ -144,24 +149,35 @@ class Training:
         choice = self.chooser.known(kernel_inputs, plan.params, device, plan.bucket)
         if choice is None:
             return None
-        functional, count, returned = self._functional_peer(plan.params), len(self.op.outputs), self.returned
-        pick = self.pick
-
-        def peer_call(*inputs: Any) -> Any:
-            got = as_tuple(functional(*inputs))
-            if len(got) == count:
-                return got[0] if count == 1 else (got if pick is None else pick(got))
-            return got[0] if len(returned) == 1 else tuple(got)
-
+        shapes = [None if t is None else tuple(t.shape) for t in inputs]
+        functional = self._direct_peer(plan.params, shapes) or self._functional_peer(plan.params)
         steps = None
         if differentiable is not None:
-            steps = functools.partial(self._training_steps, plan, inputs, peer_call, differentiable, plan.launchers[0][0])
+            steps = functools.partial(self._training_steps, plan, inputs, self._peer_returning(functional), differentiable,
+                                      plan.launchers[0][0])  # fmt: skip
         training = self.chooser.training(kernel_inputs, plan.params, device, steps, plan.bucket)
         if training is not None:
-            return peer_call if training.winner == PEER else None
+            return functional if training.winner == PEER else None
         peer_us, winner_us = choice.times_us.get(PEER), choice.times_us.get(choice.winner)
         if not (isinstance(peer_us, float) and isinstance(winner_us, float)) or peer_us - winner_us >= AUTOGRAD_LEAD_US:
             return None
+        return functional
+
+    def _returned_by_peer(self, raw: Any) -> Any:
+        """What callers get of ``raw``, the result of the peer's own call: every output, or the
+        returned ones (a norm's peer gives y alone)."""
+        got, count = as_tuple(raw), len(self.op.outputs)
+        if len(got) == count:
+            return got[0] if count == 1 else (got if self.pick is None else self.pick(got))
+        return got[0] if len(self.returned) == 1 else tuple(got)
+
+    def _peer_returning(self, functional: Callable[..., Any]) -> Callable[..., Any]:
+        """The peer's own call ``functional``, giving what callers get (:meth:`_returned_by_peer`)."""
+        returned_by_peer = self._returned_by_peer
+
+        def peer_call(*inputs: Any) -> Any:
+            return returned_by_peer(functional(*inputs))
+
         return peer_call
 
     def _training_steps(

@@ -110,7 +110,7 @@ class Training:
             except (RuntimeError, TypeError, ValueError) as e:  # a peer that takes out= only, say
                 log.debug("tkreg.ops.%s: gradients through the kernel (the peer's own call failed: %s)", op.name, e)
                 return NOT_TAKEN
-            got = self._returned_by_peer(raw)
+            got = self.returned_of(as_tuple(raw))
             layouts = [plan.outputs[i] for i in self.returned]
             outs = as_tuple(got)
             if len(outs) != len(layouts) or any(
@@ -118,7 +118,7 @@ class Training:
             ):
                 return NOT_TAKEN  # not the outputs a kernel gives: its plan's autograd.Function
             # a peer that returns the one tensor callers get is their call itself, with no frame of
-            # tkreg's around it (1-2 us of an H200 host's time per call, 2026-12-04)
+            # tkreg's around it (0.5 us a matmul call on the CPU machine, 2026-12-04)
             bare = len(self.returned) == 1 and not isinstance(raw, (tuple, list))
             plan.gradient_call = functional if bare else self._peer_returning(functional)
             return got
@@ -163,20 +163,12 @@ class Training:
             return None
         return functional
 
-    def _returned_by_peer(self, raw: Any) -> Any:
-        """What callers get of ``raw``, the result of the peer's own call: every output, or the
-        returned ones (a norm's peer gives y alone)."""
-        got, count = as_tuple(raw), len(self.op.outputs)
-        if len(got) == count:
-            return got[0] if count == 1 else (got if self.pick is None else self.pick(got))
-        return got[0] if len(self.returned) == 1 else tuple(got)
-
     def _peer_returning(self, functional: Callable[..., Any]) -> Callable[..., Any]:
-        """The peer's own call ``functional``, giving what callers get (:meth:`_returned_by_peer`)."""
-        returned_by_peer = self._returned_by_peer
+        """The peer's own call ``functional``, giving what callers get (:meth:`returned_of`)."""
+        returned_of = self.returned_of
 
         def peer_call(*inputs: Any) -> Any:
-            return returned_by_peer(functional(*inputs))
+            return returned_of(as_tuple(functional(*inputs)))
 
         return peer_call
 

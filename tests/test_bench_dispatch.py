@@ -163,6 +163,40 @@ def test_a_warm_call_after_the_same_work_is_timed_right_after_the_other_calls(mo
     assert log == (["previous"] * 10 + ["tkreg"]) * 3
 
 
+def test_a_pick_row_holds_the_fastest_against_tkreg_ops_with_the_spread_by_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pick_against_best times tkreg.ops beside every candidate (here faked): the row's ratio is
+    the fastest other's time over tkreg.ops', its quartiles come from the same two calls round by
+    round, and the choice's own ratio from the candidate tkreg.ops chose."""
+    import torch
+
+    import tkreg.ops
+    from tkreg.ops import measuring
+
+    registry = tkreg.default_registry()
+    op = registry.op("add")
+    monkeypatch.setattr(picks, "make_inputs", lambda registry, sig, seed: ("x", "y"))
+    monkeypatch.setattr(tkreg.ops, "get", lambda name: lambda *inputs: None)
+    monkeypatch.setattr(tkreg.ops, "explain", lambda name, *inputs: "tkreg.ops.add runs k.")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(picks, "_candidates", lambda registry, op, inputs: {"k": lambda: None, "peer": lambda: None})
+    monkeypatch.setattr(picks, "chosen_labels", lambda name, inputs: ("k", "k"))
+    monkeypatch.setattr(picks, "_replayed_against_best", lambda calls, eager, captured: {})
+    rounds = {"tkreg.ops": [10.0, 10.0, 10.0, 10.0, 10.0], "k": [9.0, 9.5, 9.4, 12.0, 9.6], "peer": [20.0] * 5}
+
+    def fake_measure(calls: dict, budget: float, sits_again: tuple = (), per_round: dict | None = None) -> dict:
+        assert set(calls) == {"tkreg.ops", "k", "peer"} and sits_again == ("tkreg.ops",)
+        if per_round is not None:
+            per_round.update(rounds)
+        return {"tkreg.ops": 10.0, "k": 9.5, "peer": 20.0}
+
+    monkeypatch.setattr(measuring, "measure", fake_measure)
+    row = picks.pick_against_best(registry, op, Signature.of("add", {"M": 4, "N": 4}, "float32", ""))
+    assert (row["best"], row["ratio"], row["pass"], row["chosen"]) == ("k", 0.95, True, "k")
+    assert row["ratio_quartiles"] == picks.round_quartiles(rounds["k"], rounds["tkreg.ops"])
+    assert row["ratio_quartiles"][0] < row["ratio"] < row["ratio_quartiles"][1]
+    assert row["choice_ratio"] == 1.0 and row["timing_calls"] == 0
+
+
 def test_the_summaries_count_picks_and_first_calls_from_the_rows() -> None:
     rows = [
         {"check": "pick", "ratio": 1.0, "pass": True, "choice_pass": True, "graph_ratio": 0.9, "graph_pass": False},

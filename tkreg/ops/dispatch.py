@@ -36,7 +36,8 @@ from ..core.errors import InputError
 from ..core.generated import GENERATED_FILE
 from ..core.registry import Registry
 from ..core.specs import Kernel, Op
-from . import capturing, choosing, keys, remembered, warming
+from ..launch import triton_key
+from . import capturing, choosing, keys, remembered, tuning, warming
 from .choosing import Chooser, Decision, on_device_of, replayed_on_device_of
 from .deferred import Deferred, plan_launcher
 from .forms import Form, KernelView, form_for, outputs_allocator
@@ -330,6 +331,8 @@ class Dispatcher(PeerCalls, RememberedPlans, Training, Tracing):
     def launcher(self, kernel: Kernel) -> Callable[..., Any]:
         fn = self._launchers.get(kernel.name)
         if fn is None:
+            # before its first compile or load, which asks Triton for the key of its install
+            triton_key.remember(tuning.cache_dir)
             fn = self._launchers[kernel.name] = kernel.load()
         return fn
 

@@ -27,15 +27,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Triton's key function replaced by one that counts its calls (under both names it has),
     remember() not yet done in this process, and a fixed stamp of the install."""
     calls: list[str] = []
-
-    @functools.lru_cache
-    def fake_key() -> str:
-        calls.append("computed")
-        return "key-of-this-install"
-
-    monkeypatch.setattr(cache, "triton_key", fake_key)
-    monkeypatch.setattr(autotuner, "triton_key", fake_key)
-    monkeypatch.setattr(triton_key, "_done", None)
+    _later_process(monkeypatch, calls)
     monkeypatch.setattr(triton_key, "install_stamp", lambda package, version: "stamp-1")
     monkeypatch.delenv(triton_key.ENV_TRITON_KEY, raising=False)
     return calls

@@ -2,7 +2,8 @@
 
 Planning a new signature costs a few hundred microseconds of Python (the contract's checks, the
 views, the registry's requirements, the bucket's choice), and the first launch of a Triton kernel
-in a process loads it (milliseconds; the first of all also hashes Triton itself, about 0.3 s).
+in a process loads it (milliseconds; the first of all once hashed Triton itself, about 0.3 s, which
+:mod:`tkreg.launch.triton_key` now keeps beside the cache).
 A process with a warm tuning cache would pay that on the first call of every shape. So every
 signature whose plan follows a measured choice is remembered beside the cache, in the
 environment the cache is kept for: its key as plain data (:func:`tkreg.ops.keys.to_json`) and

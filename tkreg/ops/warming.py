@@ -1,8 +1,9 @@
 """Paying a process's first calls ahead: ``tkreg.ops.warm()``, and the first call's preload.
 
 The first call of a signature in a process plans it and, where a kernel runs it, loads that kernel
-(milliseconds; Triton's first load in a process also hashes Triton itself, about 0.3 s), records its
-second call and replays from the third (:mod:`.replaying`). A server pays that on its first
+(milliseconds; Triton's first load in a process once hashed Triton itself, about 0.3 s: its key is
+now kept, :mod:`tkreg.launch.triton_key`), records its second call and replays from the third
+(:mod:`.replaying`). A server pays that on its first
 requests unless something pays it before. Every signature earlier processes ran from a measured
 choice is remembered beside the tuning cache (:mod:`.remembered`), most recently planned last.
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import tkreg
@@ -52,3 +57,12 @@ class Plugin:
 
 def registry_of(**plugins: Plugin) -> Registry:
     return build_registry(use_entry_points=False, plugins=list(plugins.items()))
+
+
+def new_process(args: Sequence[str], env: Mapping[str, str], timeout: float = 600,
+                cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Runs ``python *args`` in a new process with ``env``, which must exit 0: the process, and
+    what its last line of output says (JSON)."""
+    run = subprocess.run([sys.executable, *args], cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run, json.loads(run.stdout.strip().splitlines()[-1])

@@ -3,15 +3,13 @@ changed in it."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import triton.language as tl
 import triton.language.core as core
 
+from tests.helpers import new_process
 from tkreg.testing.interpreter_state import language_restored
 from tkreg.testing.markers import runs_the_interpreter
 
@@ -44,9 +42,7 @@ PROBE = Path(__file__).parent / "fixtures" / "interpreter_state_probe.py"
 def run_probe(mode: str) -> dict:
     """The probe in a fresh interpreter with TRITON_INTERPRET=1 (kernels must be defined under it)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, str(PROBE), mode], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return new_process([str(PROBE), mode], env)[1]
 
 
 @runs_the_interpreter

@@ -7,8 +7,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 triton = pytest.importorskip("triton")
 from triton.runtime import autotuner, cache  # noqa: E402
 
+from tests.helpers import new_process  # noqa: E402
 from tkreg.launch import triton_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,9 +146,7 @@ print(json.dumps({{"key": key, "original_computed": original.cache_info().currsi
 def _key_in_new_process(folder: Path, remember: bool) -> Any:
     code = _KEY.format(root=str(ROOT), remember=remember, folder=str(folder))
     env = {k: v for k, v in os.environ.items() if k != triton_key.ENV_TRITON_KEY}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return new_process(["-c", code], env, timeout=300)[1]
 
 
 def test_a_later_process_reads_the_very_key_triton_works_out(tmp_path: Path) -> None:

@@ -5,14 +5,13 @@ logic is tested on simulated GPUs in test_ops_tuning.py; this is the driver's ow
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import new_process
 
 torch = pytest.importorskip("torch")
 
@@ -68,9 +67,7 @@ def _process(code: str, cache: Path) -> Any:
     """Runs ``code`` in a new process over the tuning cache ``cache``; what its last line says."""
     env = {**os.environ, "TKREG_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT), "TKREG_PRELOAD_S": "10"}
     env.pop("TRITON_INTERPRET", None)
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return new_process(["-c", code], env, cwd=ROOT)[1]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="preloads on a CUDA GPU; this machine has none")

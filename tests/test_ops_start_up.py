@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import new_process
 from tkreg.ops import after_import as hook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,9 +26,7 @@ def _fresh_process(code: str, tmp_path: Path, interpret: bool = True) -> tuple[s
     ``interpret``), which must exit 0; the process and what its last line of output says (JSON)."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TKREG_CACHE_DIR": str(tmp_path / "cache"),
            "PYTHONPATH": str(ROOT), **({"TRITON_INTERPRET": "1"} if interpret else {})}  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return run, json.loads(run.stdout.strip().splitlines()[-1])
+    return new_process(["-c", code], env, cwd=ROOT)
 
 
 _FRESH_PROCESS = """

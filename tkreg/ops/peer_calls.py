@@ -53,7 +53,6 @@ class PeerCalls:
                 raise failed(e) from e
             return outs if several else outs[0]
 
-        functional = self._functional_peer(params)
         plan.autograd_peer = True  # until its first call finds the peer wants out= (outputs_given)
 
         def outputs_given(inputs: Sequence[Any]) -> Any:
@@ -67,8 +66,7 @@ class PeerCalls:
 
         def first(*inputs: Any) -> Any:
             """The first call decides which way the peer is called for this signature."""
-            nonlocal functional
-            functional = self._direct_peer(params, [None if t is None else tuple(t.shape) for t in inputs]) or functional
+            functional = self.torch_call(params, shapes_of(inputs))
             try:
                 raw = functional(*inputs)
             except torch.OutOfMemoryError:
@@ -182,6 +180,12 @@ class PeerCalls:
                 self._peer_out_default = True
         return self._peer_out_default
 
+    def torch_call(self, params: dict[str, Any], shapes: Sequence[tuple[int, ...] | None]) -> Callable[..., Any]:
+        """The peer's own call as torch code makes it, for inputs of these shapes (None: an absent
+        optional input): its one torch call where the op names it (:meth:`_direct_peer`), else
+        the peer itself (:meth:`_functional_peer`)."""
+        return self._direct_peer(params, shapes) or self._functional_peer(params)
+
     def _direct_peer(self, params: dict[str, Any], shapes: Sequence[tuple[int, ...] | None]) -> Callable[..., Any] | None:
         """The one torch call the peer makes for inputs of these shapes, made with no frame of the
         peer's own (Op.peer_direct, :func:`.binding.reordered_call`); None where the op names none
@@ -223,3 +227,8 @@ class PeerCalls:
                     self._bound_peers.clear()
                 self._bound_peers[key] = bound
         return bound
+
+
+def shapes_of(inputs: Sequence[Any]) -> list[tuple[int, ...] | None]:
+    """Each input's shape, None for an absent optional input (what :meth:`PeerCalls.torch_call` takes)."""
+    return [None if t is None else tuple(t.shape) for t in inputs]

@@ -91,7 +91,7 @@ class RememberedPlans:
         plan = Plan(None, (), params, peer_reason=str(entry.get("why", "")), source="cache", key=key, autograd_peer=True)
         specs = keys.tensor_specs(key, has_params)
         shapes = [None if spec == keys.ABSENT else tuple(spec[1]) for spec in specs]
-        functional = self._direct_peer(params, shapes) or self._functional_peer(params)
+        functional = self.torch_call(params, shapes)
         if entry["way"] == remembered.FUNCTIONAL:
             self._set_run(plan, functional)
             return plan

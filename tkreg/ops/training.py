@@ -19,6 +19,7 @@ from . import capturing, gradients, keys
 from .forms import KernelView, OutputLayout, as_tuple, is_dense_row_major
 from .gradients import BackwardPlan
 from .measuring import PEER
+from .peer_calls import shapes_of
 from .plans import PLAN_CACHE_SIZE, Plan, rejections
 from .tuning import Candidate
 
@@ -149,8 +150,7 @@ class Training:
         choice = self.chooser.known(kernel_inputs, plan.params, device, plan.bucket)
         if choice is None:
             return None
-        shapes = [None if t is None else tuple(t.shape) for t in inputs]
-        functional = self._direct_peer(plan.params, shapes) or self._functional_peer(plan.params)
+        functional = self.torch_call(plan.params, shapes_of(inputs))
         steps = None
         if differentiable is not None:
             steps = functools.partial(self._training_steps, plan, inputs, self._peer_returning(functional), differentiable,
